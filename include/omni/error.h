@@ -76,15 +76,15 @@ std::string concat(const Args&... args) {
 }  // namespace omni
 
 // Throws ErrorType with the streamed message when cond is false.
-#define OMNI_CHECK(cond, ErrorType, ...)                       \
-  do {                                                         \
+#define OMNI_CHECK(cond, ErrorType, ...)                               \
+  do {                                                                 \
     if (!(cond)) throw ErrorType(::omni::detail::concat(__VA_ARGS__)); \
   } while (0)
 
 // Checks an invariant of omni's own code; failure is a bug.
-#define OMNI_INTERNAL_ASSERT(cond, ...)                                                   \
-  do {                                                                                    \
-    if (!(cond))                                                                          \
-      throw ::omni::InternalError(::omni::detail::concat(                                 \
+#define OMNI_INTERNAL_ASSERT(cond, ...)                                                     \
+  do {                                                                                      \
+    if (!(cond))                                                                            \
+      throw ::omni::InternalError(::omni::detail::concat(                                   \
           "internal error at ", __FILE__, ":", __LINE__, ": ", #cond, " ", ##__VA_ARGS__)); \
   } while (0)

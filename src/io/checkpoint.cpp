@@ -54,11 +54,14 @@ Checkpoint Checkpoint::open_dir(const fs::path& dir, const std::string& stem) {
   std::vector<fs::path> indexes, files;
   for (const auto& e : fs::directory_iterator(dir)) {
     const auto name = e.path().filename().string();
-    if (name.ends_with(".safetensors.index.json")) indexes.push_back(e.path());
-    else if (name.ends_with(".safetensors")) files.push_back(e.path());
+    if (name.ends_with(".safetensors.index.json"))
+      indexes.push_back(e.path());
+    else if (name.ends_with(".safetensors"))
+      files.push_back(e.path());
   }
   if (indexes.size() == 1) return open_index(indexes[0]);
-  OMNI_CHECK(indexes.empty(), FormatError, dir.string(), ": several *.safetensors.index.json files");
+  OMNI_CHECK(indexes.empty(), FormatError, dir.string(),
+             ": several *.safetensors.index.json files");
   OMNI_CHECK(!files.empty(), FormatError, dir.string(), ": no .safetensors weights found");
   OMNI_CHECK(files.size() == 1, FormatError, dir.string(),
              ": several .safetensors files and no index.json to say which to use");
@@ -92,7 +95,8 @@ std::uint64_t Checkpoint::total_bytes() const {
 std::vector<std::pair<std::string, torch::Tensor>> named_state(
     const torch::nn::Module& module, const std::vector<std::string>& skip_buffers) {
   std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) out.emplace_back(p.key(), p.value());
+  for (const auto& p : module.named_parameters(/*recurse=*/true))
+    out.emplace_back(p.key(), p.value());
   for (const auto& b : module.named_buffers(/*recurse=*/true)) {
     const auto& name = b.key();
     const bool skipped = std::any_of(skip_buffers.begin(), skip_buffers.end(), [&](const auto& s) {
@@ -133,15 +137,17 @@ void load_state_dict(torch::nn::Module& module, const Checkpoint& checkpoint,
                FormatError, checkpoint.label(), ": missing tensor '", name, "' (shape ",
                shape_string(tensor.sizes()), ")");
   for (const auto& name : checkpoint.names())
-    OMNI_CHECK(expected.count(name), FormatError, checkpoint.label(), ": unexpected tensor '",
-               name, "' (shape ", shape_string(checkpoint.info(name).shape),
+    OMNI_CHECK(expected.count(name), FormatError, checkpoint.label(), ": unexpected tensor '", name,
+               "' (shape ", shape_string(checkpoint.info(name).shape),
                ") that the model does not have");
 
   torch::NoGradGuard no_grad;
   for (auto& [name, tensor] : plan) {
     const auto source = checkpoint.view(name);
-    if (options.copy) options.copy(name, *tensor, source);
-    else tensor->copy_(source);
+    if (options.copy)
+      options.copy(name, *tensor, source);
+    else
+      tensor->copy_(source);
   }
 }
 

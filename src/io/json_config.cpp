@@ -40,8 +40,8 @@ void ConfigReader::finish() const {
   if (unknown.empty()) return;
   std::string list;
   for (const auto& k : unknown) list += (list.empty() ? "'" : ", '") + k + "'";
-  throw ConfigError(detail::concat(source_, ": unknown field", unknown.size() > 1 ? "s " : " ",
-                                   list));
+  throw ConfigError(
+      detail::concat(source_, ": unknown field", unknown.size() > 1 ? "s " : " ", list));
 }
 
 }  // namespace omni::io

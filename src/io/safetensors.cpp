@@ -59,9 +59,15 @@ DType dtype_from_string(std::string_view name, std::string_view context) {
     if (e.name == name) return e.dtype;
   throw FormatError(detail::concat(context, ": unknown dtype '", name, "'"));
 }
-std::string_view to_string(DType d) { return entry(d).name; }
-std::size_t element_size(DType d) { return entry(d).size; }
-torch::ScalarType to_scalar_type(DType d) { return entry(d).scalar; }
+std::string_view to_string(DType d) {
+  return entry(d).name;
+}
+std::size_t element_size(DType d) {
+  return entry(d).size;
+}
+torch::ScalarType to_scalar_type(DType d) {
+  return entry(d).scalar;
+}
 DType from_scalar_type(torch::ScalarType type) {
   for (const auto& e : kDTypes)
     if (e.scalar == type) return e.dtype;
@@ -108,8 +114,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix,
     if (name == "__metadata__") {
       OMNI_CHECK(value.is_object(), FormatError, file, ": __metadata__ is not an object");
       for (auto m = value.begin(); m != value.end(); ++m) {
-        OMNI_CHECK(m.value().is_string(), FormatError, file, ": __metadata__ value for '",
-                   m.key(), "' is not a string");
+        OMNI_CHECK(m.value().is_string(), FormatError, file, ": __metadata__ value for '", m.key(),
+                   "' is not a string");
         header.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
@@ -125,8 +131,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix,
                    value["data_offsets"].size() == 2,
                FormatError, where, ": data_offsets must be [begin, end]");
     for (auto k = value.begin(); k != value.end(); ++k)
-      OMNI_CHECK(k.key() == "dtype" || k.key() == "shape" || k.key() == "data_offsets",
-                 FormatError, where, ": unknown field '", k.key(), "'");
+      OMNI_CHECK(k.key() == "dtype" || k.key() == "shape" || k.key() == "data_offsets", FormatError,
+                 where, ": unknown field '", k.key(), "'");
     TensorInfo info;
     info.name = name;
     info.dtype = dtype_from_string(value["dtype"].get<std::string>(), where);
@@ -194,7 +200,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   const std::string label = path.string();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   OMNI_CHECK(fd >= 0, FormatError, label, ": cannot open file: ", std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     throw FormatError(label + ": cannot stat file");
@@ -213,8 +219,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   file->path_ = path;
   file->map_ = static_cast<const std::byte*>(map);
   file->map_bytes_ = size;
-  file->header_ = parse_safetensors_header(std::span<const std::byte>(file->map_, size), size,
-                                           label);
+  file->header_ =
+      parse_safetensors_header(std::span<const std::byte>(file->map_, size), size, label);
   return file;
 }
 

@@ -41,8 +41,8 @@ struct TensorInfo {
 };
 
 struct SafetensorsHeader {
-  std::uint64_t header_bytes = 0;  // N
-  std::uint64_t data_offset = 0;   // 8 + N
+  std::uint64_t header_bytes = 0;   // N
+  std::uint64_t data_offset = 0;    // 8 + N
   std::vector<TensorInfo> tensors;  // in data order
   std::map<std::string, std::string> metadata;
   const TensorInfo* find(std::string_view name) const;

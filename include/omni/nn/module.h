@@ -42,8 +42,7 @@ class HookHandle {
       : table_(std::move(table)), id_(id) {}
   HookHandle(const HookHandle&) = delete;
   HookHandle& operator=(const HookHandle&) = delete;
-  HookHandle(HookHandle&& other) noexcept
-      : table_(std::move(other.table_)), id_(other.id_) {
+  HookHandle(HookHandle&& other) noexcept : table_(std::move(other.table_)), id_(other.id_) {
     other.table_.reset();
   }
   HookHandle& operator=(HookHandle&& other) noexcept {
@@ -114,8 +113,8 @@ class ForwardScope {
 }  // namespace omni::nn
 
 // Declares `Name` as an omni::nn::ModuleHolder of `NameImpl`, like TORCH_MODULE.
-#define OMNI_MODULE(Name)                                       \
-  class Name : public ::omni::nn::ModuleHolder<Name##Impl> {    \
-   public:                                                      \
-    using ::omni::nn::ModuleHolder<Name##Impl>::ModuleHolder;   \
+#define OMNI_MODULE(Name)                                     \
+  class Name : public ::omni::nn::ModuleHolder<Name##Impl> {  \
+   public:                                                    \
+    using ::omni::nn::ModuleHolder<Name##Impl>::ModuleHolder; \
   }

@@ -1,0 +1,140 @@
+// The accelerator abstraction (design.md §3): where weights live while a
+// component runs, how host memory is page-locked, and how bytes move.
+//
+//   auto device = omni::device::make_device(omni::device::DeviceSpec::parse("sim"), options);
+//   auto buffer = device->allocate(bytes);                  // device memory for weights
+//   device->copy_to_device(buffer, 0, host_ptr, bytes, pinned); // async on the transfer stream
+//   device->publish_uploads();                              // compute waits on an event
+//
+// Kinds:
+//   cuda[:N]  the real thing (OMNI_WITH_CUDA builds only).
+//   sim       a host-backed stand-in: resident weights are separate host
+//             buffers counted against a capacity, and offloaded weights are
+//             placeholders that make any computation fail loudly.
+//   cpu       no accelerator: offload is a no-op.
+//   auto      cuda:0 when present, else cpu; sim when offload is enabled.
+#pragma once
+
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace omni::device {
+
+enum class DeviceKind { automatic, cpu, sim, cuda };
+
+struct DeviceSpec {
+  DeviceKind kind = DeviceKind::automatic;
+  int index = 0;
+  // Parses "auto", "cpu", "sim", "cuda", "cuda:N"; ConfigError otherwise.
+  static DeviceSpec parse(std::string_view text);
+  std::string to_string() const;
+};
+
+// Test-only knobs for the sim device (and, where it makes sense, others).
+struct FaultInjection {
+  // Host memory the stand-in lets you pin before it refuses (nullopt: unlimited).
+  std::optional<std::uint64_t> pin_budget_bytes;
+  // Fail the N-th device allocation (1-based) with DeviceOutOfMemory.
+  std::optional<int> fail_allocation_number;
+};
+
+struct DeviceOptions {
+  // Capacity of the sim device in bytes (weights only). Default 64 GiB.
+  std::uint64_t sim_memory_bytes = 64ull << 30;
+  FaultInjection faults;
+};
+
+struct MemoryStats {
+  std::uint64_t allocated_bytes = 0;  // device bytes held by omni's buffers now
+  std::uint64_t peak_allocated_bytes = 0;
+  std::uint64_t capacity_bytes = 0;  // 0 when unknown
+};
+
+// A timed transfer; seconds() may wait for the copy to finish.
+class TransferTimer {
+ public:
+  virtual ~TransferTimer() = default;
+  // Marks the end of the timed transfers (after they were enqueued).
+  virtual void stop() = 0;
+  // Elapsed transfer time; may wait for the copies to finish.
+  virtual double seconds() = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceKind kind() const = 0;
+  // "cuda:0", "sim", "cpu".
+  virtual std::string name() const = 0;
+  // Where activations and compute run (cpu for sim and cpu).
+  virtual torch::Device compute_device() const = 0;
+  // True for the sim stand-in: every figure it reports is simulated.
+  virtual bool is_stand_in() const { return false; }
+  // True when offload means something (not cpu).
+  virtual bool supports_offload() const { return true; }
+
+  // Page-locks [ptr, ptr+bytes) for fast async uploads. Returns false when
+  // the host refuses (caller falls back to pageable memory). Host thread.
+  virtual bool pin_host(void* ptr, std::size_t bytes) = 0;
+  virtual void unpin_host(void* ptr) noexcept = 0;
+
+  // Device memory for weights: a uint8 tensor of `bytes` on the device.
+  // Throws DeviceOutOfMemory when it does not fit.
+  virtual torch::Tensor allocate(std::size_t bytes) = 0;
+
+  // Enqueues a host→device copy into buffer[offset, offset+bytes) on the
+  // transfer stream. `src_pinned` says whether src lies in page-locked memory
+  // (only then is the copy asynchronous). The host memory must stay valid
+  // until the copy completes: homes are immutable and live as long as the
+  // backend, which is what makes this safe.
+  virtual void copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src,
+                              std::size_t bytes, bool src_pinned) = 0;
+
+  // Starts timing transfers enqueued from now on, until timer->stop().
+  virtual std::unique_ptr<TransferTimer> start_transfer_timer() = 0;
+
+  // Makes the compute stream wait (on the device, via an event) for every
+  // copy enqueued so far. Does not block the host.
+  virtual void publish_uploads() = 0;
+
+  // Marks a buffer that compute used so its memory is not reused before that
+  // compute finished (record_stream); then the caller drops its reference.
+  virtual void retire(torch::Tensor& buffer) = 0;
+
+  // What a parameter points to while its component is offloaded. On cuda it
+  // is the host home itself; on sim an unusable placeholder of the same shape.
+  virtual torch::Tensor offloaded_view(const torch::Tensor& home) = 0;
+
+  // Blocks until all device work is done.
+  virtual void synchronize() = 0;
+
+  virtual MemoryStats memory_stats() const = 0;
+  virtual void reset_peak() = 0;
+};
+
+// Creates the device for a spec. `offload_enabled` resolves `auto`.
+// ConfigError when the kind is unavailable (cuda without an OMNI_WITH_CUDA build).
+std::unique_ptr<Device> make_device(const DeviceSpec& spec, bool offload_enabled,
+                                    const DeviceOptions& options = {});
+
+// True when a CUDA device is usable in this build and process.
+bool cuda_available();
+
+// Parses sizes such as "2GiB", "512MiB", "1.5GB", "1048576"; ConfigError otherwise.
+std::uint64_t parse_byte_size(std::string_view text);
+// 1536 → "1.50 KiB".
+std::string format_bytes(std::uint64_t bytes);
+
+// Placeholder tensors on the sim device (see Note [Unusable placeholders]).
+torch::Tensor make_unusable_placeholder(const torch::Tensor& like);
+bool is_unusable_placeholder(const torch::Tensor& t);
+
+}  // namespace omni::device

@@ -1,0 +1,62 @@
+// OffloadReport: what moved, when, how fast, and what it cost in memory
+// (design.md §2 rule 8). Printable as a table and as JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "omni/offload/components.h"
+
+namespace omni::offload {
+
+enum class Direction { h2d, d2h };
+std::string_view to_string(Direction direction);
+
+struct Transfer {
+  std::string component;
+  Direction direction = Direction::h2d;
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+  bool pinned = true;  // every source byte came from page-locked memory
+  double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
+};
+
+struct ComponentReport {
+  std::string name;
+  Role role = Role::dit;
+  std::uint64_t bytes = 0;
+  std::uint64_t uploads = 0;
+  std::uint64_t offloads = 0;
+  double upload_seconds = 0;
+  std::uint64_t upload_bytes = 0;
+  Residency where = Residency::host;
+  bool swappable = false;
+  double gbps() const {
+    return upload_seconds > 0 ? static_cast<double>(upload_bytes) / upload_seconds / 1e9 : 0;
+  }
+};
+
+struct OffloadReport {
+  std::string device;
+  bool stand_in = false;  // figures come from the sim device
+  std::string strategy;   // "model-level", "all-resident", "none"
+  std::uint64_t peak_resident_bytes = 0;
+  std::uint64_t planned_peak_bytes = 0;  // with the strategy in use
+  std::uint64_t planned_peak_without_offload_bytes = 0;
+  std::uint64_t pinned_host_bytes = 0;
+  std::uint64_t pageable_host_bytes = 0;
+  std::uint64_t h2d_bytes = 0;
+  std::uint64_t d2h_bytes = 0;
+  std::uint64_t device_peak_allocated_bytes = 0;  // from the device's own statistics
+  std::vector<ComponentReport> components;
+  std::vector<Transfer> transfers;
+
+  const ComponentReport* component(std::string_view name) const;
+  std::string to_table() const;
+  nlohmann::json to_json() const;
+};
+
+}  // namespace omni::offload

@@ -1,0 +1,77 @@
+// omni::Omni — the engine facade: load a model, choose the device, enable
+// offload, generate, report. Mirrors the seed's Python API:
+//
+//   omni::Omni omni({.model = "example:wan-shaped", .enable_cpu_offload = true});
+//   auto out = omni.generate({.prompt = "a red circle moving right", .seed = 7});
+//   out.save("out.png");
+//   std::cout << omni.offload_report().to_table();
+//
+// Threading: one Omni is driven by one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "omni/device/device.h"
+#include "omni/offload/backend.h"
+#include "omni/offload/report.h"
+#include "omni/pipelines/pipeline.h"
+
+namespace omni {
+
+using pipelines::GenerationRequest;
+
+struct EngineArgs {
+  std::string model = "example:wan-shaped";
+  bool enable_cpu_offload = false;
+  std::string device = "auto";    // auto | cpu | sim | cuda[:N]
+  std::string dtype = "float32";  // float32 | bfloat16 | float16
+  std::uint64_t sim_memory_bytes = 64ull << 30;
+  offload::OffloadOptions offload;
+  device::FaultInjection faults;  // tests only
+  // Throws ConfigError naming the bad field.
+  void validate() const;
+};
+
+struct GenerateResult {
+  torch::Tensor frames;  // uint8 [F, H, W, 3]
+  int fps = 16;
+  GenerationRequest request;      // with defaults filled in
+  offload::OffloadReport report;  // this request only
+  double seconds = 0;
+  // Writes frames (see io::write_frames); returns the files written.
+  std::vector<std::filesystem::path> save(const std::filesystem::path& path) const;
+};
+
+class Omni {
+ public:
+  explicit Omni(EngineArgs args);
+  ~Omni();
+  Omni(const Omni&) = delete;
+  Omni& operator=(const Omni&) = delete;
+
+  // Runs one request. InvalidRequest for bad values (nothing runs);
+  // DeviceOutOfMemory, NonResidentWeightAccess, … otherwise. After an error
+  // the engine stays usable.
+  GenerateResult generate(const GenerationRequest& request,
+                          const pipelines::ProgressFn& progress = {});
+
+  // Everything since load.
+  offload::OffloadReport offload_report();
+  const EngineArgs& args() const { return args_; }
+  device::Device& device() { return *device_; }
+  pipelines::Pipeline& pipeline() { return *pipeline_; }
+  offload::OffloadBackend* backend() { return backend_.get(); }
+
+ private:
+  EngineArgs args_;
+  std::unique_ptr<device::Device> device_;
+  std::shared_ptr<pipelines::Pipeline> pipeline_;
+  std::unique_ptr<offload::OffloadBackend> backend_;
+};
+
+torch::ScalarType parse_dtype(const std::string& name);
+
+}  // namespace omni

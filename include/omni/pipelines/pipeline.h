@@ -1,0 +1,74 @@
+// Pipelines: a module tree that declares its components (for offload) and
+// runs one generation request.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "omni/nn/module.h"
+#include "omni/offload/components.h"
+
+namespace omni::pipelines {
+
+struct GenerationRequest {
+  std::string prompt;
+  std::string negative_prompt;
+  std::uint64_t seed = 0;
+  std::optional<int> steps;
+  std::optional<int> width;
+  std::optional<int> height;
+  std::optional<int> num_frames;
+  std::optional<double> guidance_scale;
+  std::optional<double> guidance_scale_2;
+  std::optional<int> fps;
+};
+
+// Called after every denoising step (step is 1-based).
+using ProgressFn = std::function<void(int step, int total)>;
+
+struct RunContext {
+  torch::Device compute = torch::kCPU;
+  ProgressFn progress;
+};
+
+struct GenerationOutput {
+  torch::Tensor frames;  // uint8 [F, H, W, 3] on the host
+  int fps = 16;
+};
+
+class Pipeline : public nn::Module {
+ public:
+  // model_index.json's `_class_name` (or the built-in example's name).
+  virtual std::string class_name() const = 0;
+  // The dotted paths of each role (the seed's SupportsComponentDiscovery).
+  virtual offload::ComponentSpec components() const = 0;
+  // Fills defaults and validates; InvalidRequest naming the bad field.
+  virtual GenerationRequest resolve(const GenerationRequest& request) const = 0;
+  // Runs a resolved request. Components are called through their holders so
+  // offload hooks see every phase boundary.
+  virtual GenerationOutput run(const GenerationRequest& request, const RunContext& context) = 0;
+};
+
+struct LoadOptions {
+  torch::ScalarType dtype = torch::kFloat32;
+};
+
+// Loads a model: a built-in "example:NAME" or a diffusers directory whose
+// model_index.json `_class_name` is registered. ConfigError/FormatError with
+// the reason otherwise.
+std::shared_ptr<Pipeline> load_pipeline(const std::string& model, const LoadOptions& options = {});
+
+// Names accepted by load_pipeline for built-in examples.
+std::vector<std::string> builtin_models();
+
+using PipelineFactory =
+    std::function<std::shared_ptr<Pipeline>(const std::filesystem::path& dir, const LoadOptions&)>;
+// Registers a pipeline class for model_index.json `_class_name`.
+void register_pipeline(const std::string& class_name, PipelineFactory factory);
+
+}  // namespace omni::pipelines

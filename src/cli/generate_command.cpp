@@ -1,0 +1,147 @@
+#include <fstream>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/progress_bar.h"
+#include "omni/error.h"
+#include "omni/omni.h"
+
+namespace omni::cli {
+
+int run_guarded(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const InvalidRequest& e) {
+    std::cerr << "omni: invalid request: " << e.what() << "\n";
+    return 2;
+  } catch (const ConfigError& e) {
+    std::cerr << "omni: configuration error: " << e.what() << "\n";
+    return 2;
+  } catch (const FormatError& e) {
+    std::cerr << "omni: bad file: " << e.what() << "\n";
+    return 3;
+  } catch (const DeviceOutOfMemory& e) {
+    std::cerr << "omni: out of device memory: " << e.what() << "\n";
+    return 4;
+  } catch (const Error& e) {
+    std::cerr << "omni: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    std::cerr << "omni: internal error: " << what.substr(0, what.find('\n')) << "\n";
+    return 70;
+  }
+}
+
+namespace {
+
+struct GenerateOptions {
+  std::string model;
+  std::string prompt;
+  std::string negative_prompt;
+  std::uint64_t seed = 0;
+  std::optional<int> steps;
+  std::string size;
+  std::optional<int> num_frames;
+  std::optional<double> guidance_scale;
+  std::optional<double> guidance_scale_2;
+  std::string output = "out.png";
+  bool offload = false;
+  std::string device = "auto";
+  std::string dtype = "float32";
+  std::string sim_memory = "64GiB";
+  std::string report_json;
+  bool quiet = false;
+};
+
+std::pair<int, int> parse_size(const std::string& size) {
+  const auto x = size.find('x');
+  OMNI_CHECK(x != std::string::npos && x > 0 && x + 1 < size.size(), InvalidRequest,
+             "size must be WxH (e.g. 64x64), got '", size, "'");
+  auto number = [&](const std::string& s) {
+    OMNI_CHECK(s.size() <= 6 && s.find_first_not_of("0123456789") == std::string::npos,
+               InvalidRequest, "size must be WxH with positive integers, got '", size, "'");
+    return std::stoi(s);
+  };
+  return {number(size.substr(0, x)), number(size.substr(x + 1))};
+}
+
+int generate(const GenerateOptions& o) {
+  EngineArgs args;
+  args.model = o.model;
+  args.enable_cpu_offload = o.offload;
+  args.device = o.device;
+  args.dtype = o.dtype;
+  args.sim_memory_bytes = device::parse_byte_size(o.sim_memory);
+  GenerationRequest request;
+  request.prompt = o.prompt;
+  request.negative_prompt = o.negative_prompt;
+  request.seed = o.seed;
+  request.steps = o.steps;
+  request.num_frames = o.num_frames;
+  request.guidance_scale = o.guidance_scale;
+  request.guidance_scale_2 = o.guidance_scale_2;
+  if (!o.size.empty()) {
+    const auto [w, h] = parse_size(o.size);
+    request.width = w;
+    request.height = h;
+  }
+  Omni omni(args);
+  if (omni.device().is_stand_in() && !o.quiet)
+    std::cerr << "omni: device sim is a simulated stand-in accelerator (host memory); its "
+                 "figures are simulated\n";
+  ProgressBar bar;
+  auto result = omni.generate(request, [&](int step, int total) { bar.update(step, total); });
+  const auto files = result.save(o.output);
+  if (!o.quiet) {
+    std::cout << "wrote " << files.front().string();
+    if (files.size() > 1)
+      std::cout << " … " << files.back().string() << " (" << files.size() << " files)";
+    std::cout << " — " << result.frames.size(0) << " frame(s) " << result.frames.size(2) << "x"
+              << result.frames.size(1) << " in " << result.seconds << " s\n";
+    std::cout << result.report.to_table();
+  }
+  if (!o.report_json.empty()) {
+    auto json = result.report.to_json();
+    json["seconds"] = result.seconds;
+    std::ofstream out(o.report_json);
+    OMNI_CHECK(out.good(), FormatError, o.report_json, ": cannot create report file");
+    out << json.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto options = std::make_shared<GenerateOptions>();
+  auto* cmd = app.add_subcommand("generate", "Generate a video or image from a prompt");
+  cmd->add_option("model", options->model,
+                  "Model: a diffusers directory (model_index.json) or example:wan-shaped")
+      ->required();
+  cmd->add_option("--prompt,-p", options->prompt, "Text prompt")->required();
+  cmd->add_option("--negative-prompt", options->negative_prompt, "Negative prompt (CFG)");
+  cmd->add_option("--seed", options->seed, "Random seed (same seed, same output)");
+  cmd->add_option("--steps", options->steps, "Denoising steps (model default if omitted)");
+  cmd->add_option("--size", options->size, "Frame size WxH, multiples of 16 (e.g. 64x64)");
+  cmd->add_option("--num-frames", options->num_frames, "Frames, 4k+1 (1, 5, 9, …)");
+  cmd->add_option("--guidance-scale", options->guidance_scale,
+                  "CFG scale of the high-noise expert");
+  cmd->add_option("--guidance-scale-2", options->guidance_scale_2,
+                  "CFG scale of the low-noise expert");
+  cmd->add_option("--output,-o", options->output,
+                  "Output: .png (frame or contact sheet) or a pattern like frames/%03d.png")
+      ->capture_default_str();
+  cmd->add_flag("--enable-cpu-offload", options->offload,
+                "Model-level offload: only the running component group stays on the device");
+  cmd->add_option("--device", options->device, "auto | cpu | sim | cuda[:N]")
+      ->capture_default_str();
+  cmd->add_option("--dtype", options->dtype, "float32 | bfloat16 | float16")->capture_default_str();
+  cmd->add_option("--sim-memory", options->sim_memory, "Capacity of the sim device (e.g. 2GiB)")
+      ->capture_default_str();
+  cmd->add_option("--report-json", options->report_json, "Write the offload report as JSON");
+  cmd->add_flag("--quiet,-q", options->quiet, "Print nothing but errors");
+  cmd->callback([options] { std::exit(run_guarded([&] { return generate(*options); })); });
+}
+
+}  // namespace omni::cli

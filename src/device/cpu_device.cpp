@@ -1,0 +1,36 @@
+#include "device/cpu_device.h"
+
+#include <cstring>
+
+namespace omni::device {
+
+namespace {
+class WallClockTimer final : public TransferTimer {
+ public:
+  void stop() override { end_ = std::chrono::steady_clock::now(); }
+  double seconds() override { return std::chrono::duration<double>(end_ - start_).count(); }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point end_ = start_;
+};
+}  // namespace
+
+std::unique_ptr<TransferTimer> make_wall_clock_timer() {
+  return std::make_unique<WallClockTimer>();
+}
+
+torch::Tensor CpuDevice::allocate(std::size_t bytes) {
+  return torch::empty({static_cast<std::int64_t>(bytes)}, torch::kUInt8);
+}
+
+void CpuDevice::copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src,
+                               std::size_t bytes, bool) {
+  std::memcpy(buffer.data_ptr<std::uint8_t>() + offset, src, bytes);
+}
+
+std::unique_ptr<TransferTimer> CpuDevice::start_transfer_timer() {
+  return make_wall_clock_timer();
+}
+
+}  // namespace omni::device

@@ -1,0 +1,28 @@
+// The cpu "device": no accelerator, so nothing is ever offloaded.
+#pragma once
+
+#include "omni/device/device.h"
+
+namespace omni::device {
+
+class CpuDevice final : public Device {
+ public:
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+  std::string name() const override { return "cpu"; }
+  torch::Device compute_device() const override { return torch::kCPU; }
+  bool supports_offload() const override { return false; }
+  bool pin_host(void*, std::size_t) override { return false; }
+  void unpin_host(void*) noexcept override {}
+  torch::Tensor allocate(std::size_t bytes) override;
+  void copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src, std::size_t bytes,
+                      bool) override;
+  std::unique_ptr<TransferTimer> start_transfer_timer() override;
+  void publish_uploads() override {}
+  void retire(torch::Tensor&) override {}
+  torch::Tensor offloaded_view(const torch::Tensor& home) override { return home; }
+  void synchronize() override {}
+  MemoryStats memory_stats() const override { return {}; }
+  void reset_peak() override {}
+};
+
+}  // namespace omni::device

@@ -1,0 +1,86 @@
+#include "device/sim_device.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "omni/error.h"
+
+namespace omni::device {
+
+std::unique_ptr<TransferTimer> make_wall_clock_timer();
+
+SimDevice::SimDevice(const DeviceOptions& options) : options_(options) {}
+
+bool SimDevice::pin_host(void* ptr, std::size_t bytes) {
+  const auto& budget = options_.faults.pin_budget_bytes;
+  if (budget && pinned_bytes_ + bytes > *budget) return false;
+  pinned_bytes_ += bytes;
+  pinned_[ptr] = bytes;
+  return true;
+}
+
+void SimDevice::unpin_host(void* ptr) noexcept {
+  auto it = pinned_.find(ptr);
+  if (it == pinned_.end()) return;
+  pinned_bytes_ -= it->second;
+  pinned_.erase(it);
+}
+
+torch::Tensor SimDevice::allocate(std::size_t bytes) {
+  ++allocations_;
+  if (options_.faults.fail_allocation_number &&
+      *options_.faults.fail_allocation_number == allocations_)
+    throw DeviceOutOfMemory(
+        detail::concat("sim: out of device memory (injected fault at allocation ", allocations_,
+                       " of ", format_bytes(bytes), ")"));
+  {
+    std::lock_guard<std::mutex> lock(counters_->mutex);
+    OMNI_CHECK(counters_->allocated + bytes <= options_.sim_memory_bytes, DeviceOutOfMemory,
+               "sim: out of device memory: tried to allocate ", format_bytes(bytes), " with ",
+               format_bytes(counters_->allocated), " of ", format_bytes(options_.sim_memory_bytes),
+               " in use (raise --sim-memory or enable offload)");
+    counters_->allocated += bytes;
+    counters_->peak = std::max(counters_->peak, counters_->allocated);
+  }
+  void* ptr = std::malloc(bytes == 0 ? 1 : bytes);
+  if (ptr == nullptr) {
+    std::lock_guard<std::mutex> lock(counters_->mutex);
+    counters_->allocated -= bytes;
+    throw DeviceOutOfMemory(detail::concat("sim: host malloc of ", format_bytes(bytes), " failed"));
+  }
+  auto counters = counters_;
+  return torch::from_blob(
+      ptr, {static_cast<std::int64_t>(bytes)},
+      [counters, bytes](void* p) {
+        std::free(p);
+        std::lock_guard<std::mutex> lock(counters->mutex);
+        counters->allocated -= bytes;
+      },
+      torch::TensorOptions().dtype(torch::kUInt8));
+}
+
+void SimDevice::copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src,
+                               std::size_t bytes, bool) {
+  OMNI_INTERNAL_ASSERT(offset + bytes <= static_cast<std::size_t>(buffer.numel()));
+  std::memcpy(buffer.data_ptr<std::uint8_t>() + offset, src, bytes);
+}
+
+std::unique_ptr<TransferTimer> SimDevice::start_transfer_timer() {
+  return make_wall_clock_timer();
+}
+
+torch::Tensor SimDevice::offloaded_view(const torch::Tensor& home) {
+  return make_unusable_placeholder(home);
+}
+
+MemoryStats SimDevice::memory_stats() const {
+  std::lock_guard<std::mutex> lock(counters_->mutex);
+  return {counters_->allocated, counters_->peak, options_.sim_memory_bytes};
+}
+
+void SimDevice::reset_peak() {
+  std::lock_guard<std::mutex> lock(counters_->mutex);
+  counters_->peak = counters_->allocated;
+}
+
+}  // namespace omni::device

@@ -1,0 +1,44 @@
+// The sim device: a host-backed stand-in accelerator (design.md §3).
+#pragma once
+
+#include <atomic>
+#include <mutex>
+
+#include "omni/device/device.h"
+
+namespace omni::device {
+
+class SimDevice final : public Device {
+ public:
+  explicit SimDevice(const DeviceOptions& options);
+  DeviceKind kind() const override { return DeviceKind::sim; }
+  std::string name() const override { return "sim"; }
+  torch::Device compute_device() const override { return torch::kCPU; }
+  bool is_stand_in() const override { return true; }
+  bool pin_host(void* ptr, std::size_t bytes) override;
+  void unpin_host(void* ptr) noexcept override;
+  torch::Tensor allocate(std::size_t bytes) override;
+  void copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src, std::size_t bytes,
+                      bool src_pinned) override;
+  std::unique_ptr<TransferTimer> start_transfer_timer() override;
+  void publish_uploads() override {}
+  void retire(torch::Tensor&) override {}
+  torch::Tensor offloaded_view(const torch::Tensor& home) override;
+  void synchronize() override {}
+  MemoryStats memory_stats() const override;
+  void reset_peak() override;
+
+ private:
+  struct Counters {
+    std::mutex mutex;
+    std::uint64_t allocated = 0;
+    std::uint64_t peak = 0;
+  };
+  DeviceOptions options_;
+  std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
+  int allocations_ = 0;
+  std::uint64_t pinned_bytes_ = 0;
+  std::map<void*, std::size_t> pinned_;
+};
+
+}  // namespace omni::device

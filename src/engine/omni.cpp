@@ -1,0 +1,96 @@
+#include "omni/omni.h"
+
+#include "omni/error.h"
+#include "omni/io/image_writer.h"
+
+namespace omni {
+
+torch::ScalarType parse_dtype(const std::string& name) {
+  if (name == "float32" || name == "fp32") return torch::kFloat32;
+  if (name == "bfloat16" || name == "bf16") return torch::kBFloat16;
+  if (name == "float16" || name == "fp16") return torch::kFloat16;
+  throw ConfigError("unknown dtype '" + name + "': expected float32, bfloat16 or float16");
+}
+
+void EngineArgs::validate() const {
+  OMNI_CHECK(!model.empty(), ConfigError, "model must not be empty");
+  (void)device::DeviceSpec::parse(device);
+  (void)parse_dtype(dtype);
+  OMNI_CHECK(sim_memory_bytes > 0, ConfigError, "sim memory must be positive");
+  OMNI_CHECK(offload.max_pin_chunk_bytes >= 4096, ConfigError,
+             "max pin chunk must be at least 4 KiB");
+}
+
+std::vector<std::filesystem::path> GenerateResult::save(const std::filesystem::path& path) const {
+  return io::write_frames(path, frames, fps);
+}
+
+Omni::Omni(EngineArgs args) : args_(std::move(args)) {
+  args_.validate();
+  device::DeviceOptions options;
+  options.sim_memory_bytes = args_.sim_memory_bytes;
+  options.faults = args_.faults;
+  device_ = device::make_device(device::DeviceSpec::parse(args_.device), args_.enable_cpu_offload,
+                                options);
+  pipelines::LoadOptions load;
+  load.dtype = parse_dtype(args_.dtype);
+  pipeline_ = pipelines::load_pipeline(args_.model, load);
+  if (args_.enable_cpu_offload)
+    backend_ = std::make_unique<offload::ModelLevelOffloadBackend>(*device_, args_.offload);
+  else if (device_->supports_offload())
+    backend_ = std::make_unique<offload::AllResidentBackend>(*device_, args_.offload);
+  if (backend_) backend_->enable(*pipeline_, pipeline_->components());
+}
+
+Omni::~Omni() {
+  if (backend_) backend_->disable();
+}
+
+namespace {
+// Note [Unusable placeholders] (device.cpp): an operator reading an offloaded
+// weight on sim fails inside LibTorch with a PrivateUse1 dispatch error.
+[[noreturn]] void translate(const c10::Error& e) {
+  const std::string what = e.what();
+  if (what.find("PrivateUse1") != std::string::npos)
+    throw NonResidentWeightAccess(
+        "a computation used a weight that is not resident on the device (it is offloaded); "
+        "a component ran without its pre-forward hook: " +
+        what.substr(0, what.find('\n')));
+  throw;
+}
+}  // namespace
+
+GenerateResult Omni::generate(const GenerationRequest& request,
+                              const pipelines::ProgressFn& progress) {
+  GenerateResult result;
+  result.request = pipeline_->resolve(request);
+  const auto start = std::chrono::steady_clock::now();
+  if (backend_) backend_->begin_request();
+  pipelines::RunContext context{device_->compute_device(), progress};
+  try {
+    torch::NoGradGuard no_grad;
+    auto out = pipeline_->run(result.request, context);
+    result.frames = out.frames;
+    result.fps = out.fps;
+  } catch (const c10::Error& e) {
+    translate(e);
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (backend_)
+    result.report = backend_->end_request();
+  else {
+    result.report.device = device_->name();
+    result.report.strategy = "none";
+  }
+  return result;
+}
+
+offload::OffloadReport Omni::offload_report() {
+  if (backend_) return backend_->report();
+  offload::OffloadReport r;
+  r.device = device_->name();
+  r.strategy = "none";
+  return r;
+}
+
+}  // namespace omni

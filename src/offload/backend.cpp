@@ -1,0 +1,333 @@
+#include "omni/offload/backend.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "offload/rebind.h"
+#include "omni/error.h"
+
+namespace omni::offload {
+
+std::uint64_t planned_model_level_peak(const std::vector<std::pair<Role, std::uint64_t>>& sizes) {
+  std::uint64_t encoders = 0, largest_dit = 0, statics = 0;
+  for (const auto& [role, bytes] : sizes) {
+    switch (role) {
+      case Role::encoder:
+        encoders += bytes;
+        break;
+      case Role::dit:
+        largest_dit = std::max(largest_dit, bytes);
+        break;
+      case Role::vae:
+      case Role::resident:
+        statics += bytes;
+        break;
+    }
+  }
+  return std::max(encoders, largest_dit) + statics;
+}
+
+OffloadBackend::OffloadBackend(device::Device& device, OffloadOptions options)
+    : device_(device), options_(options), ledger_(false) {}
+
+OffloadBackend::~OffloadBackend() {
+  disable();
+}
+
+OffloadBackend::Component& OffloadBackend::component(std::string_view name) {
+  for (auto& c : components_)
+    if (c.resolved.path == name) return c;
+  std::string known;
+  for (auto& c : components_) known += (known.empty() ? "" : ", ") + c.resolved.path;
+  throw ConfigError(detail::concat("unknown component '", name, "'; known: ", known));
+}
+
+namespace {
+// A device tensor aliasing buffer[offset, offset + bytes) with home's shape.
+torch::Tensor device_view(const torch::Tensor& buffer, std::size_t offset,
+                          const torch::Tensor& home) {
+  const auto element = static_cast<std::size_t>(home.element_size());
+  OMNI_INTERNAL_ASSERT(offset % element == 0, "misaligned slot");
+  auto view =
+      torch::empty({0}, torch::TensorOptions().dtype(home.scalar_type()).device(buffer.device()));
+  view.set_(buffer.storage(), static_cast<std::int64_t>(offset / element), home.sizes(),
+            home.strides());
+  return view;
+}
+}  // namespace
+
+void OffloadBackend::upload(Component& c) {
+  auto& entry = ledger_.entries()[c.ledger_index];
+  if (entry.where == Residency::device) return;
+  // Check the invariant before a byte moves.
+  {
+    auto probe = ledger_;
+    probe.transition(c.ledger_index, Residency::device);
+  }
+  if (c.bytes == 0 || !c.home) {  // rule 6: nothing to move
+    ledger_.transition(c.ledger_index, Residency::device);
+    c.stats.where = Residency::device;
+    return;
+  }
+  auto timer = device_.start_transfer_timer();
+  std::vector<torch::Tensor> buffers;
+  std::vector<std::size_t> rebound;
+  bool all_pinned = true;
+  std::uint64_t moved = 0;
+  const auto& region = c.home->region();
+  try {
+    for (const auto& group : c.home->groups()) {
+      const std::size_t size = group.end - group.begin;
+      if (size == 0) continue;
+      auto buffer = device_.allocate(size);
+      for (const auto& piece : region.pieces()) {
+        const std::size_t lo = std::max(piece.begin, group.begin);
+        const std::size_t hi = std::min(piece.end, group.end);
+        if (lo >= hi) continue;
+        device_.copy_to_device(buffer, lo - group.begin, region.data() + lo, hi - lo, piece.pinned);
+        all_pinned = all_pinned && piece.pinned;
+        moved += hi - lo;
+      }
+      for (auto index : group.slots) {
+        auto& slot = c.home->slots()[index];
+        rebind(slot.live, device_view(buffer, slot.offset - group.begin, slot.home));
+        rebound.push_back(index);
+      }
+      buffers.push_back(std::move(buffer));
+    }
+    timer->stop();
+    device_.publish_uploads();
+  } catch (...) {
+    for (auto index : rebound) {
+      auto& slot = c.home->slots()[index];
+      rebind(slot.live, device_.offloaded_view(slot.home));
+    }
+    for (auto& b : buffers) device_.retire(b);
+    throw;
+  }
+  c.buffers = std::move(buffers);
+  ledger_.transition(c.ledger_index, Residency::device);
+  c.stats.where = Residency::device;
+  c.stats.uploads += 1;
+  c.stats.upload_bytes += moved;
+  transfers_.push_back({c.resolved.path, Direction::h2d, moved, 0.0, all_pinned});
+  pending_.emplace_back(transfers_.size() - 1, std::move(timer));
+}
+
+void OffloadBackend::offload(Component& c, bool teardown) {
+  if (ledger_.entries()[c.ledger_index].where == Residency::host) return;
+  ledger_.transition(c.ledger_index, Residency::host, teardown);
+  if (c.home) {
+    for (auto& slot : c.home->slots())
+      rebind(slot.live, teardown ? slot.home : device_.offloaded_view(slot.home));
+  }
+  for (auto& b : c.buffers) device_.retire(b);
+  c.buffers.clear();  // the device copies die here: zero bytes go back
+  c.stats.where = Residency::host;
+  c.stats.offloads += 1;
+}
+
+void OffloadBackend::activate(std::string_view name) {
+  auto& target = component(name);
+  const auto role = target.resolved.role;
+  if (exclusive()) {
+    for (auto& other : components_) {
+      if (&other == &target) continue;
+      const auto other_role = other.resolved.role;
+      const bool evict =
+          (role == Role::dit && (other_role == Role::encoder || other_role == Role::dit)) ||
+          (role == Role::encoder && other_role == Role::dit);
+      if (evict) offload(other);
+    }
+  }
+  upload(target);
+}
+
+void OffloadBackend::install_hook(Component& c) {
+  ++hooks_installed_;
+  if (options_.fail_hook_install_number && *options_.fail_hook_install_number == hooks_installed_)
+    throw InternalError(detail::concat("injected fault: hook installation ", hooks_installed_,
+                                       " on '", c.resolved.path, "' failed"));
+  const std::string name = c.resolved.path;
+  c.hooks.push_back(
+      c.resolved.module->register_forward_pre_hook([this, name](nn::Module&) { activate(name); }));
+}
+
+void OffloadBackend::rollback(
+    std::vector<std::pair<torch::Tensor, torch::Tensor>>& originals) noexcept {
+  for (auto& c : components_) c.hooks.clear();
+  for (auto& [live, original] : originals) rebind(live, original);
+  for (auto& c : components_) {
+    for (auto& b : c.buffers) device_.retire(b);
+    c.buffers.clear();
+  }
+  components_.clear();
+  ledger_ = ResidencyLedger(false);
+  transfers_.clear();
+  pending_.clear();
+}
+
+void OffloadBackend::enable(torch::nn::Module& root, const ComponentSpec& spec) {
+  if (enabled_) {
+    OMNI_CHECK(root_ == &root, ConfigError,
+               "offload backend is already enabled on another pipeline; disable() it first");
+    return;
+  }
+  // 1. Resolve and plan: nothing has moved yet.
+  auto resolved = resolve_components(root, spec, /*require_exclusion_groups=*/exclusive());
+  std::vector<std::pair<Role, std::uint64_t>> sizes;
+  std::uint64_t total = 0;
+  for (const auto& r : resolved) {
+    const auto bytes = tensor_bytes(*r.module);
+    sizes.emplace_back(r.role, bytes);
+    total += bytes;
+  }
+  if (!device_.supports_offload()) {
+    if (!options_.quiet)
+      std::cerr << "omni: notice: device " << device_.name()
+                << " has no accelerator memory to offload from; offload is a no-op\n";
+    noop_ = true;
+  }
+  planned_peak_without_offload_ = total;
+  planned_peak_ = exclusive() ? planned_model_level_peak(sizes) : total;
+
+  ledger_ = ResidencyLedger(exclusive());
+  components_.clear();
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> originals;
+  try {
+    for (std::size_t i = 0; i < resolved.size(); ++i) {
+      Component c;
+      c.resolved = resolved[i];
+      c.bytes = sizes[i].second;
+      const bool swap = swappable(c.resolved.role) && !noop_;
+      c.ledger_index = ledger_.add(c.resolved.path, c.resolved.role, c.bytes, swap);
+      c.stats.name = c.resolved.path;
+      c.stats.role = c.resolved.role;
+      c.stats.bytes = c.bytes;
+      c.stats.swappable = swap;
+      components_.push_back(std::move(c));
+    }
+    if (!noop_) {
+      // 2. Homes: one host copy per tensor, pinned in chunks. Modules untouched.
+      HostHomeOptions home_options{options_.pin_memory, options_.max_pin_chunk_bytes};
+      for (auto& c : components_)
+        c.home = HostHome::build(c.resolved.path, *c.resolved.module, device_, home_options,
+                                 &pin_refused_);
+      // 3. Point every tensor at its home (or the placeholder), remembering the originals.
+      for (auto& c : components_) {
+        for (auto& slot : c.home->slots()) {
+          originals.emplace_back(slot.live, slot.live.detach());
+          rebind(slot.live, device_.offloaded_view(slot.home));
+        }
+      }
+      // 4. Strategy: upload statics, install hooks.
+      install(components_);
+      // Homes of components that never leave the device are not needed.
+      for (auto& c : components_)
+        if (!ledger_.entries()[c.ledger_index].swappable) {
+          if (c.home)
+            for (auto& slot : c.home->slots()) slot.home = torch::Tensor();
+          c.home.reset();
+        }
+    }
+  } catch (...) {
+    rollback(originals);
+    noop_ = false;
+    throw;
+  }
+  root_ = &root;
+  enabled_ = true;
+  begin_request();
+}
+
+void OffloadBackend::disable() noexcept {
+  if (!enabled_) return;
+  for (auto& c : components_) c.hooks.clear();
+  for (auto& c : components_) {
+    if (!c.home) continue;
+    if (ledger_.entries()[c.ledger_index].where == Residency::host)
+      for (auto& slot : c.home->slots()) rebind(slot.live, slot.home);
+  }
+  enabled_ = false;
+  noop_ = false;
+  root_ = nullptr;
+}
+
+void ModelLevelOffloadBackend::install(std::vector<Component>& components) {
+  for (auto& c : components)
+    if (c.resolved.role == Role::vae || c.resolved.role == Role::resident) upload(c);
+  for (auto& c : components)
+    if (c.resolved.role == Role::dit || c.resolved.role == Role::encoder) install_hook(c);
+}
+
+void AllResidentBackend::install(std::vector<Component>& components) {
+  for (auto& c : components) upload(c);
+}
+
+void OffloadBackend::resolve_timings() {
+  for (auto& [index, timer] : pending_) transfers_[index].seconds = timer->seconds();
+  pending_.clear();
+  for (auto& c : components_) {
+    double seconds = 0;
+    for (const auto& t : transfers_)
+      if (t.component == c.resolved.path && t.direction == Direction::h2d) seconds += t.seconds;
+    c.stats.upload_seconds = seconds;
+  }
+}
+
+void OffloadBackend::begin_request() {
+  resolve_timings();
+  request_first_transfer_ = transfers_.size();
+  request_start_stats_.clear();
+  for (const auto& c : components_) request_start_stats_.push_back(c.stats);
+  ledger_.reset_peak();
+  device_.reset_peak();
+}
+
+OffloadReport OffloadBackend::build_report(bool per_request) {
+  resolve_timings();
+  OffloadReport r;
+  r.device = device_.name();
+  r.stand_in = device_.is_stand_in();
+  r.strategy = noop_ || !enabled_ ? "none" : strategy();
+  r.peak_resident_bytes = ledger_.peak_bytes();
+  r.planned_peak_bytes = planned_peak_;
+  r.planned_peak_without_offload_bytes = planned_peak_without_offload_;
+  r.device_peak_allocated_bytes = device_.memory_stats().peak_allocated_bytes;
+  for (const auto& c : components_) {
+    if (c.home) {
+      r.pinned_host_bytes += c.home->pinned_bytes();
+      r.pageable_host_bytes += c.home->pageable_bytes();
+    }
+  }
+  const std::size_t first = per_request ? request_first_transfer_ : 0;
+  for (std::size_t i = first; i < transfers_.size(); ++i) {
+    const auto& t = transfers_[i];
+    (t.direction == Direction::h2d ? r.h2d_bytes : r.d2h_bytes) += t.bytes;
+    r.transfers.push_back(t);
+  }
+  for (std::size_t i = 0; i < components_.size(); ++i) {
+    auto stats = components_[i].stats;
+    if (per_request && i < request_start_stats_.size()) {
+      const auto& start = request_start_stats_[i];
+      stats.uploads -= start.uploads;
+      stats.offloads -= start.offloads;
+      stats.upload_bytes -= start.upload_bytes;
+      stats.upload_seconds -= start.upload_seconds;
+    }
+    r.components.push_back(stats);
+  }
+  return r;
+}
+
+OffloadReport OffloadBackend::end_request() {
+  auto r = build_report(/*per_request=*/true);
+  return r;
+}
+
+OffloadReport OffloadBackend::report() {
+  auto r = build_report(/*per_request=*/false);
+  return r;
+}
+
+}  // namespace omni::offload

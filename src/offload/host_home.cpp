@@ -1,0 +1,140 @@
+#include "omni/offload/host_home.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <iostream>
+#include <set>
+
+#include "omni/error.h"
+
+namespace omni::offload {
+
+namespace {
+constexpr std::size_t kAlignment = 256;  // satisfies every dtype and DMA engines
+std::size_t align_up(std::size_t n, std::size_t a) {
+  return (n + a - 1) / a * a;
+}
+
+void collect(torch::nn::Module& module, const std::string& prefix,
+             std::set<const c10::TensorImpl*>& seen, std::vector<TensorEntry>& out) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false))
+    if (seen.insert(p.value().unsafeGetTensorImpl()).second)
+      out.push_back({prefix + p.key(), p.value(), ""});
+  for (const auto& b : module.named_buffers(/*recurse=*/false))
+    if (seen.insert(b.value().unsafeGetTensorImpl()).second)
+      out.push_back({prefix + b.key(), b.value(), ""});
+  for (const auto& child : module.named_children())
+    collect(*child.value(), prefix + child.key() + ".", seen, out);
+}
+}  // namespace
+
+// Groups follow blocks: each top-level child is a group, except containers
+// (ModuleList, Sequential: no tensors of their own), whose elements are.
+std::vector<TensorEntry> unique_tensors(torch::nn::Module& module) {
+  std::set<const c10::TensorImpl*> seen;
+  std::vector<TensorEntry> out;
+  collect(module, "", seen, out);
+  std::set<std::string> containers;
+  for (const auto& child : module.named_children())
+    if (child.value()->named_parameters(false).is_empty() &&
+        child.value()->named_buffers(false).is_empty() && !child.value()->children().empty())
+      containers.insert(child.key());
+  for (auto& e : out) {
+    const auto dot = e.name.find('.');
+    if (dot == std::string::npos) continue;  // the component's own tensors: group ""
+    const auto first = e.name.substr(0, dot);
+    const auto second = e.name.find('.', dot + 1);
+    e.group =
+        containers.count(first) && second != std::string::npos ? e.name.substr(0, second) : first;
+  }
+  return out;
+}
+
+std::uint64_t tensor_bytes(torch::nn::Module& module) {
+  std::uint64_t n = 0;
+  for (const auto& e : unique_tensors(module))
+    n += static_cast<std::uint64_t>(e.tensor.numel()) * e.tensor.element_size();
+  return n;
+}
+
+HostRegion::HostRegion(std::size_t bytes, device::Device& device, std::size_t max_pin_chunk_bytes,
+                       bool pin, bool* pin_refused)
+    : bytes_(bytes), device_(&device) {
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  mapped_ = align_up(std::max<std::size_t>(bytes, 1), page);
+  void* p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    throw DeviceOutOfMemory(detail::concat("host: cannot map ", device::format_bytes(mapped_),
+                                           " for weight homes: ", std::strerror(errno)));
+  data_ = static_cast<std::byte*>(p);
+  const std::size_t chunk = std::max(page, align_up(max_pin_chunk_bytes, page));
+  for (std::size_t begin = 0; begin < bytes_; begin += chunk) {
+    const std::size_t end = std::min(bytes_, begin + chunk);
+    bool pinned = false;
+    if (pin && !*pin_refused) {
+      pinned = device.pin_host(data_ + begin, std::min(mapped_ - begin, chunk));
+      if (!pinned) {
+        *pin_refused = true;
+        std::cerr << "omni: warning: the host refused to pin more memory on " << device.name()
+                  << "; the remaining weight homes stay pageable (uploads from them are slower)\n";
+      }
+    }
+    pieces_.push_back({begin, end, pinned});
+  }
+}
+
+HostRegion::~HostRegion() {
+  for (const auto& piece : pieces_)
+    if (piece.pinned) device_->unpin_host(data_ + piece.begin);
+  if (data_) ::munmap(data_, mapped_);
+}
+
+std::uint64_t HostRegion::pinned_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& piece : pieces_)
+    if (piece.pinned) n += piece.end - piece.begin;
+  return n;
+}
+
+std::unique_ptr<HostHome> HostHome::build(const std::string& component, torch::nn::Module& module,
+                                          device::Device& device, const HostHomeOptions& options,
+                                          bool* pin_refused) {
+  auto home = std::unique_ptr<HostHome>(new HostHome());
+  home->component_ = component;
+  const auto entries = unique_tensors(module);
+  std::size_t offset = 0;
+  for (const auto& e : entries) {
+    if (home->groups_.empty() || home->groups_.back().name != e.group) {
+      if (!home->groups_.empty()) home->groups_.back().end = offset;
+      home->groups_.push_back({e.group, offset, offset, {}});
+    }
+    TensorSlot slot;
+    slot.name = e.name;
+    slot.live = e.tensor;
+    slot.offset = offset;
+    slot.bytes = static_cast<std::size_t>(e.tensor.numel()) * e.tensor.element_size();
+    home->payload_bytes_ += slot.bytes;
+    offset = align_up(offset + slot.bytes, kAlignment);
+    home->groups_.back().slots.push_back(home->slots_.size());
+    home->slots_.push_back(std::move(slot));
+  }
+  if (!home->groups_.empty()) home->groups_.back().end = offset;
+  home->region_ = std::make_shared<HostRegion>(offset, device, options.max_pin_chunk_bytes,
+                                               options.pin_memory, pin_refused);
+  auto region = home->region_;
+  for (auto& slot : home->slots_) {
+    const auto& src = slot.live;
+    OMNI_CHECK(!device::is_unusable_placeholder(src), ConfigError, component, ": tensor '",
+               slot.name, "' is not materialised (offloaded by another backend?)");
+    auto host = src.device().is_cpu() ? src.contiguous() : src.to(torch::kCPU).contiguous();
+    if (slot.bytes) std::memcpy(region->data() + slot.offset, host.data_ptr(), slot.bytes);
+    slot.home = torch::from_blob(
+        region->data() + slot.offset, src.sizes(), [region](void*) {},
+        torch::TensorOptions().dtype(src.scalar_type()));
+  }
+  return home;
+}
+
+}  // namespace omni::offload

@@ -1,0 +1,57 @@
+#include <map>
+#include <mutex>
+
+#include "omni/error.h"
+#include "omni/io/json_config.h"
+#include "omni/pipelines/pipeline.h"
+#include "omni/pipelines/wan_shaped_example.h"
+
+namespace fs = std::filesystem;
+
+namespace omni::pipelines {
+
+namespace {
+std::mutex registry_mutex;
+std::map<std::string, PipelineFactory>& registry() {
+  static std::map<std::string, PipelineFactory> r;
+  return r;
+}
+}  // namespace
+
+void register_pipeline(const std::string& class_name, PipelineFactory factory) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry()[class_name] = std::move(factory);
+}
+
+std::vector<std::string> builtin_models() {
+  return {"example:wan-shaped"};
+}
+
+std::shared_ptr<Pipeline> load_pipeline(const std::string& model, const LoadOptions& options) {
+  if (model == "example:wan-shaped") return make_wan_shaped_example();
+  OMNI_CHECK(!model.starts_with("example:"), ConfigError, "unknown built-in model '", model,
+             "'; built-ins: example:wan-shaped");
+  const fs::path dir(model);
+  OMNI_CHECK(fs::is_directory(dir), ConfigError, "model '", model,
+             "' is neither a built-in (example:wan-shaped) nor a directory");
+  const auto index_path = dir / "model_index.json";
+  OMNI_CHECK(fs::exists(index_path), FormatError, model,
+             ": no model_index.json (expected a diffusers model directory)");
+  const auto index = io::read_json_file(index_path);
+  OMNI_CHECK(index.is_object() && index.contains("_class_name") && index["_class_name"].is_string(),
+             FormatError, index_path.string(), ": missing '_class_name'");
+  const auto class_name = index["_class_name"].get<std::string>();
+  PipelineFactory factory;
+  std::string known;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    auto it = registry().find(class_name);
+    if (it != registry().end()) factory = it->second;
+    for (const auto& [name, f] : registry()) known += (known.empty() ? "" : ", ") + name;
+  }
+  OMNI_CHECK(factory != nullptr, ConfigError, index_path.string(), ": pipeline class '", class_name,
+             "' is not supported; supported: ", known.empty() ? "(none)" : known);
+  return factory(dir, options);
+}
+
+}  // namespace omni::pipelines
