@@ -11,8 +11,7 @@ class CpuDevice final : public Device {
   std::string name() const override { return "cpu"; }
   torch::Device compute_device() const override { return torch::kCPU; }
   bool supports_offload() const override { return false; }
-  bool pin_host(void*, std::size_t) override { return false; }
-  void unpin_host(void*) noexcept override {}
+  std::shared_ptr<void> pin_host(void*, std::size_t) override { return nullptr; }
   torch::Tensor allocate(std::size_t bytes) override;
   void copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src, std::size_t bytes,
                       bool) override;

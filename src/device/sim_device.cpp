@@ -11,19 +11,16 @@ std::unique_ptr<TransferTimer> make_wall_clock_timer();
 
 SimDevice::SimDevice(const DeviceOptions& options) : options_(options) {}
 
-bool SimDevice::pin_host(void* ptr, std::size_t bytes) {
+std::shared_ptr<void> SimDevice::pin_host(void* ptr, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(counters_->mutex);
   const auto& budget = options_.faults.pin_budget_bytes;
-  if (budget && pinned_bytes_ + bytes > *budget) return false;
-  pinned_bytes_ += bytes;
-  pinned_[ptr] = bytes;
-  return true;
-}
-
-void SimDevice::unpin_host(void* ptr) noexcept {
-  auto it = pinned_.find(ptr);
-  if (it == pinned_.end()) return;
-  pinned_bytes_ -= it->second;
-  pinned_.erase(it);
+  if (budget && counters_->pinned + bytes > *budget) return nullptr;
+  counters_->pinned += bytes;
+  auto counters = counters_;
+  return std::shared_ptr<void>(ptr, [counters, bytes](void*) {
+    std::lock_guard<std::mutex> lock(counters->mutex);
+    counters->pinned -= bytes;
+  });
 }
 
 torch::Tensor SimDevice::allocate(std::size_t bytes) {

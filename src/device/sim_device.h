@@ -15,8 +15,7 @@ class SimDevice final : public Device {
   std::string name() const override { return "sim"; }
   torch::Device compute_device() const override { return torch::kCPU; }
   bool is_stand_in() const override { return true; }
-  bool pin_host(void* ptr, std::size_t bytes) override;
-  void unpin_host(void* ptr) noexcept override;
+  std::shared_ptr<void> pin_host(void* ptr, std::size_t bytes) override;
   torch::Tensor allocate(std::size_t bytes) override;
   void copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src, std::size_t bytes,
                       bool src_pinned) override;
@@ -33,12 +32,11 @@ class SimDevice final : public Device {
     std::mutex mutex;
     std::uint64_t allocated = 0;
     std::uint64_t peak = 0;
+    std::uint64_t pinned = 0;
   };
   DeviceOptions options_;
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
   int allocations_ = 0;
-  std::uint64_t pinned_bytes_ = 0;
-  std::map<void*, std::size_t> pinned_;
 };
 
 }  // namespace omni::device

@@ -61,7 +61,7 @@ std::uint64_t tensor_bytes(torch::nn::Module& module) {
 
 HostRegion::HostRegion(std::size_t bytes, device::Device& device, std::size_t max_pin_chunk_bytes,
                        bool pin, bool* pin_refused)
-    : bytes_(bytes), device_(&device) {
+    : bytes_(bytes) {
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   mapped_ = align_up(std::max<std::size_t>(bytes, 1), page);
   void* p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -72,22 +72,22 @@ HostRegion::HostRegion(std::size_t bytes, device::Device& device, std::size_t ma
   const std::size_t chunk = std::max(page, align_up(max_pin_chunk_bytes, page));
   for (std::size_t begin = 0; begin < bytes_; begin += chunk) {
     const std::size_t end = std::min(bytes_, begin + chunk);
-    bool pinned = false;
+    std::shared_ptr<void> handle;
     if (pin && !*pin_refused) {
-      pinned = device.pin_host(data_ + begin, std::min(mapped_ - begin, chunk));
-      if (!pinned) {
+      handle = device.pin_host(data_ + begin, std::min(mapped_ - begin, chunk));
+      if (!handle) {
         *pin_refused = true;
         std::cerr << "omni: warning: the host refused to pin more memory on " << device.name()
                   << "; the remaining weight homes stay pageable (uploads from them are slower)\n";
       }
     }
-    pieces_.push_back({begin, end, pinned});
+    const bool pinned = handle != nullptr;
+    pieces_.push_back({begin, end, pinned, std::move(handle)});
   }
 }
 
 HostRegion::~HostRegion() {
-  for (const auto& piece : pieces_)
-    if (piece.pinned) device_->unpin_host(data_ + piece.begin);
+  pieces_.clear();  // unpin before unmapping
   if (data_) ::munmap(data_, mapped_);
 }
 

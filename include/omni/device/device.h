@@ -81,10 +81,10 @@ class Device {
   // True when offload means something (not cpu).
   virtual bool supports_offload() const { return true; }
 
-  // Page-locks [ptr, ptr+bytes) for fast async uploads. Returns false when
-  // the host refuses (caller falls back to pageable memory). Host thread.
-  virtual bool pin_host(void* ptr, std::size_t bytes) = 0;
-  virtual void unpin_host(void* ptr) noexcept = 0;
+  // Page-locks [ptr, ptr+bytes) for fast async uploads. Returns a handle
+  // that unpins when destroyed (it may outlive the device), or nullptr when
+  // the host refuses (the caller falls back to pageable memory). Host thread.
+  virtual std::shared_ptr<void> pin_host(void* ptr, std::size_t bytes) = 0;
 
   // Device memory for weights: a uint8 tensor of `bytes` on the device.
   // Throws DeviceOutOfMemory when it does not fit.

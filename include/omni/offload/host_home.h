@@ -24,6 +24,7 @@ class HostRegion {
     std::size_t begin;
     std::size_t end;
     bool pinned;
+    std::shared_ptr<void> pin;  // unpins on destruction
   };
   HostRegion(std::size_t bytes, device::Device& device, std::size_t max_pin_chunk_bytes, bool pin,
              bool* pin_refused);
@@ -41,7 +42,6 @@ class HostRegion {
   std::size_t bytes_ = 0;
   std::size_t mapped_ = 0;
   std::vector<Piece> pieces_;
-  device::Device* device_;
 };
 
 // One swappable tensor: the live parameter/buffer (whose TensorImpl gets
