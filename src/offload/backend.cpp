@@ -9,7 +9,7 @@
 namespace omni::offload {
 
 std::uint64_t planned_model_level_peak(const std::vector<std::pair<Role, std::uint64_t>>& sizes) {
-  std::uint64_t encoders = 0, largest_dit = 0, statics = 0;
+  std::uint64_t encoders = 0, largest_dit = 0, largest_split = 0, statics = 0;
   for (const auto& [role, bytes] : sizes) {
     switch (role) {
       case Role::encoder:
@@ -18,13 +18,16 @@ std::uint64_t planned_model_level_peak(const std::vector<std::pair<Role, std::ui
       case Role::dit:
         largest_dit = std::max(largest_dit, bytes);
         break;
+      case Role::split:
+        largest_split = std::max(largest_split, bytes);
+        break;
       case Role::vae:
       case Role::resident:
         statics += bytes;
         break;
     }
   }
-  return std::max(encoders, largest_dit) + statics;
+  return std::max({encoders, largest_dit, largest_split}) + statics;
 }
 
 OffloadBackend::OffloadBackend(device::Device& device, OffloadOptions options)
@@ -136,7 +139,8 @@ void OffloadBackend::activate(std::string_view name) {
       const auto other_role = other.resolved.role;
       const bool evict =
           (role == Role::dit && (other_role == Role::encoder || other_role == Role::dit)) ||
-          (role == Role::encoder && other_role == Role::dit);
+          (role == Role::encoder && other_role == Role::dit) ||
+          (role == Role::split && other_role == Role::split);
       if (evict) offload(other);
     }
   }
@@ -153,10 +157,10 @@ void OffloadBackend::install_hook(Component& c) {
       c.resolved.module->register_forward_pre_hook([this, name](nn::Module&) { activate(name); }));
 }
 
-void OffloadBackend::rollback(
-    std::vector<std::pair<torch::Tensor, torch::Tensor>>& originals) noexcept {
+void OffloadBackend::rollback() noexcept {
   for (auto& c : components_) c.hooks.clear();
-  for (auto& [live, original] : originals) rebind(live, original);
+  for (auto& [live, original] : originals_) rebind(live, original);
+  originals_.clear();
   for (auto& c : components_) {
     for (auto& b : c.buffers) device_.retire(b);
     c.buffers.clear();
@@ -165,6 +169,84 @@ void OffloadBackend::rollback(
   ledger_ = ResidencyLedger(false);
   transfers_.clear();
   pending_.clear();
+  noop_ = false;
+}
+
+void OffloadBackend::adopt(const std::vector<ResolvedComponent>& resolved) {
+  const std::size_t first = components_.size();
+  for (const auto& r : resolved) {
+    Component c;
+    c.resolved = r;
+    c.bytes = tensor_bytes(*r.module);
+    const bool swap = swappable(r.role) && !noop_;
+    c.ledger_index = ledger_.add(r.path, r.role, c.bytes, swap);
+    c.stats.name = r.path;
+    c.stats.role = r.role;
+    c.stats.bytes = c.bytes;
+    c.stats.swappable = swap;
+    components_.push_back(std::move(c));
+  }
+  if (noop_) return;
+  // Homes: one host copy per tensor, pinned in chunks. Modules untouched.
+  HostHomeOptions home_options{options_.pin_memory, options_.max_pin_chunk_bytes};
+  for (std::size_t i = first; i < components_.size(); ++i) {
+    auto& c = components_[i];
+    c.home =
+        HostHome::build(c.resolved.path, *c.resolved.module, device_, home_options, &pin_refused_);
+  }
+  // Point every tensor at its offloaded view, remembering the originals.
+  for (std::size_t i = first; i < components_.size(); ++i) {
+    for (auto& slot : components_[i].home->slots()) {
+      originals_.emplace_back(slot.live, slot.live.detach());
+      rebind(slot.live, device_.offloaded_view(slot.home));
+    }
+  }
+}
+
+void OffloadBackend::drop_static_homes() {
+  // Homes of components that never leave the device are not needed.
+  for (auto& c : components_)
+    if (!ledger_.entries()[c.ledger_index].swappable && c.home) {
+      for (auto& slot : c.home->slots()) slot.home = torch::Tensor();
+      c.home.reset();
+    }
+}
+
+void OffloadBackend::register_split_components(const std::vector<NamedModule>& exclusive,
+                                               const std::vector<NamedModule>& resident) {
+  OMNI_CHECK(registering_, ConfigError,
+             "register_split_components may only be called from enable_omni_model_cpu_offload");
+  OMNI_CHECK(components_.empty(), ConfigError, "split components are already registered");
+  std::vector<ResolvedComponent> resolved;
+  auto add = [&](const NamedModule& m, Role role) {
+    auto module = std::dynamic_pointer_cast<nn::Module>(m.second);
+    OMNI_CHECK(module != nullptr, ConfigError, "split component '", m.first,
+               "' is null or not an omni::nn::Module");
+    for (const auto& r : resolved) {
+      OMNI_CHECK(r.path != m.first, ConfigError, "split component name '", m.first,
+                 "' is registered twice");
+      OMNI_CHECK(r.module != module, ConfigError, "module '", m.first, "' is registered both as '",
+                 r.path, "' and '", m.first, "'");
+    }
+    resolved.push_back({m.first, role, module});
+  };
+  for (const auto& m : exclusive) add(m, Role::split);
+  for (const auto& m : resident) add(m, Role::resident);
+  for (const auto& a : resolved)
+    for (const auto& inner : a.module->modules(/*include_self=*/false))
+      for (const auto& b : resolved)
+        OMNI_CHECK(inner.get() != b.module.get(), ConfigError, "split component '", b.path,
+                   "' is nested inside '", a.path, "'");
+  std::vector<std::pair<Role, std::uint64_t>> sizes;
+  for (const auto& r : resolved) sizes.emplace_back(r.role, tensor_bytes(*r.module));
+  planned_peak_ = planned_model_level_peak(sizes);
+  planned_peak_without_offload_ = 0;
+  for (const auto& [role, bytes] : sizes) planned_peak_without_offload_ += bytes;
+  adopt(resolved);
+  if (noop_) return;
+  for (auto& c : components_)
+    if (c.resolved.role == Role::resident) upload(c);
+  drop_static_homes();
 }
 
 void OffloadBackend::enable(torch::nn::Module& root, const ComponentSpec& spec) {
@@ -173,68 +255,53 @@ void OffloadBackend::enable(torch::nn::Module& root, const ComponentSpec& spec) 
                "offload backend is already enabled on another pipeline; disable() it first");
     return;
   }
-  // 1. Resolve and plan: nothing has moved yet.
-  auto resolved = resolve_components(root, spec, /*require_exclusion_groups=*/exclusive());
-  std::vector<std::pair<Role, std::uint64_t>> sizes;
-  std::uint64_t total = 0;
-  for (const auto& r : resolved) {
-    const auto bytes = tensor_bytes(*r.module);
-    sizes.emplace_back(r.role, bytes);
-    total += bytes;
-  }
   if (!device_.supports_offload()) {
     if (!options_.quiet)
       std::cerr << "omni: notice: device " << device_.name()
                 << " has no accelerator memory to offload from; offload is a no-op\n";
     noop_ = true;
   }
-  planned_peak_without_offload_ = total;
-  planned_peak_ = exclusive() ? planned_model_level_peak(sizes) : total;
-
   ledger_ = ResidencyLedger(exclusive());
   components_.clear();
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> originals;
-  try {
-    for (std::size_t i = 0; i < resolved.size(); ++i) {
-      Component c;
-      c.resolved = resolved[i];
-      c.bytes = sizes[i].second;
-      const bool swap = swappable(c.resolved.role) && !noop_;
-      c.ledger_index = ledger_.add(c.resolved.path, c.resolved.role, c.bytes, swap);
-      c.stats.name = c.resolved.path;
-      c.stats.role = c.resolved.role;
-      c.stats.bytes = c.bytes;
-      c.stats.swappable = swap;
-      components_.push_back(std::move(c));
+  auto* delegate = exclusive() ? dynamic_cast<SupportsModelCpuOffload*>(&root) : nullptr;
+  if (delegate) {
+    // The model owns its lifecycle: it registers its sub-components with us.
+    registering_ = true;
+    try {
+      delegate->enable_omni_model_cpu_offload({this, options_.split_components});
+      registering_ = false;
+      OMNI_CHECK(!components_.empty() || noop_, ConfigError,
+                 "enable_omni_model_cpu_offload registered no split components");
+    } catch (...) {
+      registering_ = false;
+      delegate->disable_omni_model_cpu_offload();
+      rollback();
+      throw;
     }
-    if (!noop_) {
-      // 2. Homes: one host copy per tensor, pinned in chunks. Modules untouched.
-      HostHomeOptions home_options{options_.pin_memory, options_.max_pin_chunk_bytes};
-      for (auto& c : components_)
-        c.home = HostHome::build(c.resolved.path, *c.resolved.module, device_, home_options,
-                                 &pin_refused_);
-      // 3. Point every tensor at its home (or the placeholder), remembering the originals.
-      for (auto& c : components_) {
-        for (auto& slot : c.home->slots()) {
-          originals.emplace_back(slot.live, slot.live.detach());
-          rebind(slot.live, device_.offloaded_view(slot.home));
-        }
+    delegate_ = delegate;
+  } else {
+    // Resolve and plan before anything moves.
+    auto resolved = resolve_components(root, spec, /*require_exclusion_groups=*/exclusive());
+    std::vector<std::pair<Role, std::uint64_t>> sizes;
+    std::uint64_t total = 0;
+    for (const auto& r : resolved) {
+      sizes.emplace_back(r.role, tensor_bytes(*r.module));
+      total += sizes.back().second;
+    }
+    planned_peak_without_offload_ = total;
+    planned_peak_ = exclusive() ? planned_model_level_peak(sizes) : total;
+    try {
+      adopt(resolved);
+      if (!noop_) {
+        install(components_);  // upload statics, install hooks
+        drop_static_homes();
       }
-      // 4. Strategy: upload statics, install hooks.
-      install(components_);
-      // Homes of components that never leave the device are not needed.
-      for (auto& c : components_)
-        if (!ledger_.entries()[c.ledger_index].swappable) {
-          if (c.home)
-            for (auto& slot : c.home->slots()) slot.home = torch::Tensor();
-          c.home.reset();
-        }
+    } catch (...) {
+      rollback();
+      throw;
     }
-  } catch (...) {
-    rollback(originals);
-    noop_ = false;
-    throw;
   }
+  originals_.clear();  // committed: the original tensors are released
   root_ = &root;
   enabled_ = true;
   begin_request();
@@ -242,6 +309,8 @@ void OffloadBackend::enable(torch::nn::Module& root, const ComponentSpec& spec) 
 
 void OffloadBackend::disable() noexcept {
   if (!enabled_) return;
+  if (delegate_) delegate_->disable_omni_model_cpu_offload();
+  delegate_ = nullptr;
   for (auto& c : components_) c.hooks.clear();
   for (auto& c : components_) {
     if (!c.home) continue;

@@ -17,6 +17,8 @@ std::string_view to_string(Role role) {
       return "vae";
     case Role::resident:
       return "resident";
+    case Role::split:
+      return "split";
   }
   return "?";
 }
@@ -63,6 +65,8 @@ std::string role_list_name(Role role) {
       return "vae_modules";
     case Role::resident:
       return "resident_modules";
+    case Role::split:
+      return "split components";
   }
   return "?";
 }

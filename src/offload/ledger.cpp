@@ -24,11 +24,14 @@ std::uint64_t ResidencyLedger::resident_bytes() const {
 
 void ResidencyLedger::check(const std::vector<LedgerEntry>& state, bool exclusive) {
   if (!exclusive) return;
-  std::string dits, encoders;
-  int resident_dits = 0;
+  std::string dits, encoders, splits;
+  int resident_dits = 0, resident_splits = 0;
   for (const auto& e : state) {
     if (e.where != Residency::device) continue;
-    if (e.role == Role::dit) {
+    if (e.role == Role::split) {
+      ++resident_splits;
+      splits += (splits.empty() ? "" : ", ") + e.name;
+    } else if (e.role == Role::dit) {
       ++resident_dits;
       dits += (dits.empty() ? "" : ", ") + e.name;
     } else if (e.role == Role::encoder) {
@@ -37,6 +40,9 @@ void ResidencyLedger::check(const std::vector<LedgerEntry>& state, bool exclusiv
   }
   OMNI_CHECK(resident_dits <= 1, ResidencyViolation,
              "residency invariant broken: several DiTs resident at once (", dits, ")");
+  OMNI_CHECK(resident_splits <= 1, ResidencyViolation,
+             "residency invariant broken: several split components resident at once (", splits,
+             ")");
   OMNI_CHECK(resident_dits == 0 || encoders.empty(), ResidencyViolation,
              "residency invariant broken: DiT ", dits, " resident together with encoder(s) ",
              encoders);

@@ -30,6 +30,7 @@
 #include "omni/offload/host_home.h"
 #include "omni/offload/ledger.h"
 #include "omni/offload/report.h"
+#include "omni/offload/split_model.h"
 
 namespace omni::offload {
 
@@ -40,9 +41,12 @@ struct OffloadOptions {
   std::optional<int> fail_hook_install_number;
   // Print one notice when offload is a no-op (cpu device).
   bool quiet = false;
+  // Explicit sub-component selection handed to split models
+  // (SupportsModelCpuOffload); empty means all.
+  std::vector<std::string> split_components;
 };
 
-class OffloadBackend {
+class OffloadBackend : public SplitOffloadHost {
  public:
   explicit OffloadBackend(device::Device& device, OffloadOptions options = {});
   virtual ~OffloadBackend();
@@ -76,8 +80,13 @@ class OffloadBackend {
   device::Device& device() { return device_; }
 
   // Makes component `name` resident, applying the strategy's exclusion
-  // first (what the pre-forward hooks call).
-  void activate(std::string_view name);
+  // first (what the pre-forward hooks and offload contexts call).
+  void activate(std::string_view name) override;
+
+  // SplitOffloadHost: see split_model.h. Only during enable() of a
+  // pipeline that implements SupportsModelCpuOffload.
+  void register_split_components(const std::vector<NamedModule>& exclusive,
+                                 const std::vector<NamedModule>& resident) override;
 
  protected:
   struct Component {
@@ -105,10 +114,17 @@ class OffloadBackend {
   OffloadOptions options_;
 
  private:
-  void rollback(std::vector<std::pair<torch::Tensor, torch::Tensor>>& originals) noexcept;
+  // Adds components: homes built, tensors pointed at placeholders (the
+  // originals remembered for rollback). Nothing uploaded, no hooks.
+  void adopt(const std::vector<ResolvedComponent>& resolved);
+  void drop_static_homes();
+  void rollback() noexcept;
   OffloadReport build_report(bool per_request);
   void resolve_timings();
 
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> originals_;
+  SupportsModelCpuOffload* delegate_ = nullptr;
+  bool registering_ = false;
   bool enabled_ = false;
   bool noop_ = false;
   torch::nn::Module* root_ = nullptr;
@@ -134,7 +150,9 @@ class ModelLevelOffloadBackend final : public OffloadBackend {
 
  protected:
   bool exclusive() const override { return true; }
-  bool swappable(Role role) const override { return role == Role::dit || role == Role::encoder; }
+  bool swappable(Role role) const override {
+    return role == Role::dit || role == Role::encoder || role == Role::split;
+  }
   void install(std::vector<Component>& components) override;
 };
 

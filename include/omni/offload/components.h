@@ -12,7 +12,9 @@
 
 namespace omni::offload {
 
-enum class Role { dit, encoder, vae, resident };
+// `split`: a mutually exclusive sub-component of a split model (the seed's
+// Cosmos3 case), registered by the model itself, never by discovery.
+enum class Role { dit, encoder, vae, resident, split };
 std::string_view to_string(Role role);
 
 // Where a component's weights are right now.
