@@ -4,6 +4,7 @@
 #include "omni/error.h"
 #include "omni/io/json_config.h"
 #include "omni/pipelines/pipeline.h"
+#include "omni/pipelines/wan_pipeline.h"
 #include "omni/pipelines/wan_shaped_example.h"
 
 namespace fs = std::filesystem;
@@ -13,7 +14,9 @@ namespace omni::pipelines {
 namespace {
 std::mutex registry_mutex;
 std::map<std::string, PipelineFactory>& registry() {
-  static std::map<std::string, PipelineFactory> r;
+  // The library's own pipelines are listed here rather than registered by
+  // static initialisers, which a static library would drop at link time.
+  static std::map<std::string, PipelineFactory> r = {{"WanPipeline", load_wan_pipeline}};
   return r;
 }
 }  // namespace

@@ -1,0 +1,228 @@
+// WanPipeline: diffusers' Wan2.x text-to-video pipeline (pipelines/wan/
+// pipeline_wan.py) over a diffusers model directory:
+//
+//   model_index.json            _class_name "WanPipeline", boundary_ratio, expand_timesteps
+//   text_encoder/               transformers UMT5EncoderModel: config.json, model*.safetensors
+//   tokenizer/spiece.model      SentencePiece (T5 conventions, see io/tokenizer.h)
+//   transformer/                WanTransformer3DModel (the high-noise expert with a boundary)
+//   transformer_2/              optional low-noise expert (Wan2.2 A14B); absent in Wan2.1
+//   vae/                        AutoencoderKLWan
+//   scheduler/scheduler_config.json (or config.json)
+//
+// A directory without text_encoder and tokenizer (both null in model_index)
+// loads too; it can only run from prompt embeddings (denoise()), and a text
+// request is a ConfigError.
+//
+// The run follows diffusers step by step (Note [WanPipeline loop]):
+//
+//   auto pipe = WanPipeline::load(dir, {.dtype = torch::kBFloat16});
+//   auto out = pipe->run(pipe->resolve({.prompt = "a cat", .seed = 7}), {});
+//
+// or, from embeddings:
+//
+//   auto result = pipe->denoise(prompt_embeds, negative_embeds, latents,
+//                               {.steps = 6, .guidance_scale = 4.0, .guidance_scale_2 = 3.0},
+//                               [](const DenoiseStep& s) { ... });
+//   auto video = WanPipeline::postprocess_video(pipe->decode(result.latents));
+//
+// Threading: one run at a time per pipeline (the engine's worker thread);
+// every call is synchronous on the caller's thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "omni/io/tokenizer.h"
+#include "omni/models/wan/autoencoder_kl_wan.h"
+#include "omni/models/wan/umt5_encoder.h"
+#include "omni/models/wan/wan_transformer.h"
+#include "omni/pipelines/pipeline.h"
+#include "omni/schedulers/scheduler.h"
+
+namespace omni::pipelines {
+
+// Note [WanPipeline loop]
+// For each timestep t of the scheduler (set_timesteps(steps), then
+// set_begin_index(0)):
+//   expert  = transformer when boundary_ratio is null or t ≥ boundary_ratio ×
+//             num_train_timesteps, else transformer_2; its guidance scale is
+//             guidance_scale, resp. guidance_scale_2;
+//   cond    = expert(latents, t.expand(B), prompt_embeds);
+//   uncond  = expert(latents, t.expand(B), negative_prompt_embeds);  two calls of batch B
+//   pred    = uncond + g·(cond − uncond);
+//   latents = scheduler.step(pred, t, latents).
+// Classifier-free guidance runs only when guidance_scale > 1 (diffusers tests
+// guidance_scale alone, not guidance_scale_2); without it, pred = cond and no
+// negative embeddings are needed. Latents start in float32 and keep the dtype
+// scheduler.step() returns (float32 with UniPC). One scheduler serves the
+// whole loop: its multistep history carries across the expert switch.
+
+// model_index.json's own fields.
+struct WanPipelineConfig {
+  // Expert switch: transformer while t ≥ boundary_ratio × num_train_timesteps.
+  // Null: transformer alone (Wan2.1).
+  std::optional<double> boundary_ratio;
+  // Wan2.2 TI2V per-token timesteps: not implemented (true is a ConfigError).
+  bool expand_timesteps = false;
+};
+
+// What one denoising step saw and produced; tensors are on the compute device.
+struct DenoiseStep {
+  int index = 0;  // 0-based
+  int total = 0;
+  int expert = 0;  // 0 = transformer, 1 = transformer_2
+  double guidance_scale = 1.0;
+  torch::Tensor timestep;    // [B], the schedule's dtype (int64 for UniPC), as the expert got it
+  torch::Tensor latents_in;  // the scheduler's sample before the step
+  torch::Tensor noise_pred_cond;    // expert output with prompt_embeds
+  torch::Tensor noise_pred_uncond;  // with negative_prompt_embeds; undefined without CFG
+  torch::Tensor noise_pred;         // the guided prediction given to scheduler.step
+  torch::Tensor latents_out;        // scheduler.step's result
+};
+// Called after every step, on the caller's thread; must not keep the tensors
+// beyond the call unless it copies them (they are the loop's own).
+using StepObserver = std::function<void(const DenoiseStep&)>;
+
+struct DenoiseArgs {
+  int steps = 40;
+  double guidance_scale = 4.0;
+  // Used for transformer_2's steps; null means guidance_scale (as diffusers).
+  std::optional<double> guidance_scale_2;
+};
+
+struct DenoiseResult {
+  torch::Tensor latents;    // final latents, on the compute device
+  torch::Tensor timesteps;  // the schedule that ran (CPU)
+  torch::Tensor sigmas;     // its noise levels (CPU, steps + 1)
+};
+
+// Request defaults (diffusers' where it has them): a two-expert model
+// (boundary_ratio set) uses the Wan2.2 A14B recipe — 40 steps, guidance 4.0 for
+// the high-noise and 3.0 for the low-noise expert; a single-expert model uses
+// WanPipeline.__call__'s 50 steps and 5.0. Both: 832×480, 81 frames, 16 fps.
+// A request that sets guidance_scale but not guidance_scale_2 uses
+// guidance_scale for both experts, as diffusers does.
+struct WanDefaults {
+  int steps = 40;
+  double guidance_scale = 4.0;
+  double guidance_scale_2 = 3.0;
+  int width = 832;
+  int height = 480;
+  int num_frames = 81;
+  int fps = 16;
+};
+
+class WanPipeline final : public Pipeline {
+ public:
+  // Loads a diffusers directory (see the file comment). Strict: an unknown
+  // model_index field, an unsupported component class, components that do not
+  // fit together (channels, text width) or expand_timesteps = true are
+  // ConfigErrors; a missing component folder, config or weights file, a
+  // truncated file, a missing / unexpected / mis-shaped tensor are
+  // FormatErrors naming the component and the file or tensor. Weights are
+  // loaded in options.dtype (the VAE stays float32, as diffusers' Wan
+  // examples load it; the DiTs keep what diffusers keeps in float32).
+  static std::shared_ptr<WanPipeline> load(const std::filesystem::path& dir,
+                                           const LoadOptions& options = {});
+
+  std::string class_name() const override { return "WanPipeline"; }
+  // DiTs: transformer (and transformer_2 when present); encoder: text_encoder
+  // when present; VAE: vae.
+  offload::ComponentSpec components() const override;
+  // Fills the defaults (WanDefaults) and validates: InvalidRequest naming the
+  // field for an empty prompt, steps outside 1..1000, a width/height that is
+  // not a positive multiple of vae×patch (16), num_frames ≠ 4k+1, sizes beyond
+  // the transformer's RoPE table, guidance_scale_2 on a single-expert model,
+  // non-finite guidance or fps outside 1..240. ConfigError when the model has
+  // no text encoder.
+  GenerationRequest resolve(const GenerationRequest& request) const override;
+  // Encodes the prompts, draws the initial noise from request.seed on a CPU
+  // generator, denoises, decodes. frames: uint8 [F, H, W, 3].
+  GenerationOutput run(const GenerationRequest& request, const RunContext& context) override;
+
+  // --- Building blocks of run(), usable on their own -----------------------
+
+  // T5 prompt embeddings [B, max_sequence_length, text_dim] in the
+  // transformers' dtype on `device`: whitespace-cleaned prompts, tokenized,
+  // encoded with the attention mask, and zeroed past each prompt's real
+  // length (diffusers' _get_t5_prompt_embeds). Calls the encoder through its
+  // holder. ConfigError when the model has no text encoder.
+  torch::Tensor encode_prompt(const std::vector<std::string>& prompts, torch::Device device);
+
+  // Standard-normal float32 latents [B, z_dim, (F−1)/4+1, H/8, W/8] from a CPU
+  // generator seeded with `seed`, moved to `device`.
+  torch::Tensor prepare_latents(std::int64_t batch, int height, int width, int num_frames,
+                                std::uint64_t seed, torch::Device device) const;
+
+  // Note [WanPipeline loop] from `latents` (B items; embeddings [B, L, text_dim]).
+  // InvalidRequest on shapes that do not fit or a missing negative_prompt_embeds
+  // when CFG is on.
+  DenoiseResult denoise(const torch::Tensor& prompt_embeds,
+                        const torch::Tensor& negative_prompt_embeds, torch::Tensor latents,
+                        const DenoiseArgs& args, const StepObserver& observer = {},
+                        const ProgressFn& progress = {});
+
+  // latents / (1/latents_std) + latents_mean per channel, in the VAE's dtype
+  // (diffusers' un-normalisation, operation for operation).
+  torch::Tensor unnormalize_latents(const torch::Tensor& latents) const;
+  // vae.decode (runs the VAE's hooks): [B, 3, F, H, W] in [-1, 1].
+  torch::Tensor decode(const torch::Tensor& z);
+  // [B, 3, F, H, W] in [-1, 1] → float32 [B, F, 3, H, W] in [0, 1]
+  // (diffusers' postprocess_video with output_type "pt").
+  static torch::Tensor postprocess_video(const torch::Tensor& decoded);
+  // float [B, F, 3, H, W] in [0, 1] → uint8 [B, F, H, W, 3] (×255, rounded).
+  static torch::Tensor to_uint8_frames(const torch::Tensor& video);
+
+  // A fresh scheduler from the directory's scheduler config.
+  std::unique_ptr<schedulers::Scheduler> make_scheduler() const;
+  // boundary_ratio × num_train_timesteps, or null for a single expert.
+  std::optional<double> boundary_timestep() const;
+  // The expert (0 or 1) that runs timestep t.
+  int expert_for(double t) const;
+
+  const WanPipelineConfig& config() const { return config_; }
+  const WanDefaults& defaults() const { return defaults_; }
+  bool has_text_encoder() const { return !text_encoder.is_empty(); }
+  bool has_transformer_2() const { return !transformer_2.is_empty(); }
+  // The dtype the experts compute in (options.dtype at load).
+  torch::ScalarType transformer_dtype() const { return transformer_dtype_; }
+  torch::ScalarType vae_dtype() const { return vae_dtype_; }
+
+  // Tokens per prompt (default 512, as diffusers). A smaller value makes
+  // encoding cheaper for tiny models; InvalidRequest when < 1.
+  std::int64_t max_sequence_length() const { return max_sequence_length_; }
+  void set_max_sequence_length(std::int64_t length);
+
+  // Components (holders: calling them runs the offload hooks). Empty holders
+  // for absent components.
+  models::wan::UMT5EncoderModel text_encoder{nullptr};
+  models::wan::WanTransformer3DModel transformer{nullptr};
+  models::wan::WanTransformer3DModel transformer_2{nullptr};
+  models::wan::AutoencoderKLWan vae{nullptr};
+
+ private:
+  WanPipeline() = default;
+
+  WanPipelineConfig config_;
+  WanDefaults defaults_;
+  std::optional<io::Tokenizer> tokenizer_;
+  nlohmann::json scheduler_config_;
+  std::string scheduler_source_;
+  int num_train_timesteps_ = 1000;
+  torch::ScalarType transformer_dtype_ = torch::kFloat32;
+  torch::ScalarType vae_dtype_ = torch::kFloat32;
+  std::int64_t max_sequence_length_ = 512;
+};
+
+// The registry's factory for model_index.json `_class_name` "WanPipeline".
+std::shared_ptr<Pipeline> load_wan_pipeline(const std::filesystem::path& dir,
+                                            const LoadOptions& options);
+
+}  // namespace omni::pipelines
