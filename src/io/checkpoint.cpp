@@ -46,11 +46,13 @@ Checkpoint Checkpoint::open_index(const fs::path& index_json) {
   return ckpt;
 }
 
-Checkpoint Checkpoint::open_dir(const fs::path& dir, const std::string& stem) {
+WeightFiles locate_weights(const fs::path& dir, const std::vector<std::string>& stems) {
   OMNI_CHECK(fs::is_directory(dir), FormatError, dir.string(), ": not a directory");
-  if (fs::exists(dir / (stem + ".safetensors"))) return open_file(dir / (stem + ".safetensors"));
-  if (fs::exists(dir / (stem + ".safetensors.index.json")))
-    return open_index(dir / (stem + ".safetensors.index.json"));
+  for (const auto& stem : stems) {
+    if (fs::exists(dir / (stem + ".safetensors"))) return {.file = dir / (stem + ".safetensors")};
+    if (fs::exists(dir / (stem + ".safetensors.index.json")))
+      return {.index_json = dir / (stem + ".safetensors.index.json")};
+  }
   std::vector<fs::path> indexes, files;
   for (const auto& e : fs::directory_iterator(dir)) {
     const auto name = e.path().filename().string();
@@ -59,13 +61,19 @@ Checkpoint Checkpoint::open_dir(const fs::path& dir, const std::string& stem) {
     else if (name.ends_with(".safetensors"))
       files.push_back(e.path());
   }
-  if (indexes.size() == 1) return open_index(indexes[0]);
-  OMNI_CHECK(indexes.empty(), FormatError, dir.string(),
+  OMNI_CHECK(indexes.size() <= 1, FormatError, dir.string(),
              ": several *.safetensors.index.json files");
-  OMNI_CHECK(!files.empty(), FormatError, dir.string(), ": no .safetensors weights found");
+  if (indexes.size() == 1) return {.index_json = indexes[0]};
+  OMNI_CHECK(!files.empty(), FormatError, dir.string(),
+             ": no .safetensors weights found (omni reads safetensors only)");
   OMNI_CHECK(files.size() == 1, FormatError, dir.string(),
              ": several .safetensors files and no index.json to say which to use");
-  return open_file(files[0]);
+  return {.file = files[0]};
+}
+
+Checkpoint Checkpoint::open_dir(const fs::path& dir, const std::string& stem) {
+  const auto where = locate_weights(dir, {stem});
+  return where.index_json.empty() ? open_file(where.file) : open_index(where.index_json);
 }
 
 std::vector<std::string> Checkpoint::names() const {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "omni/error.h"
+#include "omni/io/video_writer.h"
 
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #define STB_IMAGE_WRITE_STATIC
@@ -75,6 +76,10 @@ std::vector<fs::path> write_frames(const fs::path& path, const torch::Tensor& fr
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     OMNI_CHECK(out.good(), FormatError, file.string(), ": write failed");
   };
+  if (path.extension() == ".mp4") {
+    write_video(path, frames, VideoOptions{.fps = fps});
+    return {path};
+  }
   if (p.find('%') != std::string::npos) {
     std::vector<fs::path> written;
     for (std::int64_t i = 0; i < frames.size(0); ++i) {
@@ -87,7 +92,8 @@ std::vector<fs::path> write_frames(const fs::path& path, const torch::Tensor& fr
   }
   const auto ext = path.extension().string();
   OMNI_CHECK(ext == ".png", FormatError, p, ": unsupported output format '", ext,
-             "' (use .png for a frame or contact sheet, or a pattern like frames/%03d.png)");
+             "' (use .mp4 for video, .png for a frame or contact sheet, or a pattern like "
+             "frames/%03d.png)");
   write_file(path, encode_png(frames.size(0) == 1 ? frames[0] : contact_sheet(frames)));
   return {path};
 }

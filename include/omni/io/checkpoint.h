@@ -16,15 +16,25 @@
 
 namespace omni::io {
 
+// Where a component folder keeps its weights: a `*.safetensors.index.json`
+// (then `index_json` is set) or one `.safetensors` file (then `file` is).
+struct WeightFiles {
+  std::filesystem::path index_json;
+  std::filesystem::path file;
+};
+
+// Looks for `<stem>.safetensors`, then `<stem>.safetensors.index.json`, for
+// each stem in order; else the folder's only index.json or only .safetensors
+// file. FormatError naming the folder when none (or several candidates) exist.
+WeightFiles locate_weights(const std::filesystem::path& dir, const std::vector<std::string>& stems);
+
 class Checkpoint {
  public:
   // Opens one .safetensors file.
   static Checkpoint open_file(const std::filesystem::path& path);
   // Opens a sharded checkpoint from its index.json (`weight_map`: name → shard).
   static Checkpoint open_index(const std::filesystem::path& index_json);
-  // Finds the weights inside a component folder: `<stem>.safetensors`, or
-  // `<stem>.safetensors.index.json`, or the folder's only .safetensors file.
-  // FormatError naming the folder when none (or several candidates) are found.
+  // Opens the weights that locate_weights(dir, {stem}) finds.
   static Checkpoint open_dir(const std::filesystem::path& dir,
                              const std::string& stem = "diffusion_pytorch_model");
 

@@ -1,0 +1,147 @@
+// omni inspect MODEL: prints the plan omni::inspect_model computes (the
+// logic lives in engine/; this file only formats).
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "omni/device/device.h"
+#include "omni/engine/inspect.h"
+#include "omni/error.h"
+
+namespace omni::cli {
+
+namespace {
+
+struct InspectOptions {
+  std::string model;
+  std::string json;
+};
+
+// 14288491584 → "14,288,491,584".
+std::string with_commas(std::uint64_t n) {
+  auto digits = std::to_string(n);
+  for (auto i = static_cast<std::ptrdiff_t>(digits.size()) - 3; i > 0; i -= 3)
+    digits.insert(static_cast<std::size_t>(i), ",");
+  return digits;
+}
+
+std::string bytes_cell(std::uint64_t bytes) {
+  return with_commas(bytes) + " (" + device::format_bytes(bytes) + ")";
+}
+
+std::string dtype_cell(const std::map<io::DType, DTypeBytes>& by_dtype) {
+  std::string out;
+  for (const auto& [dtype, d] : by_dtype) {
+    if (!out.empty()) out += ", ";
+    out += std::string(io::to_string(dtype));
+    if (by_dtype.size() > 1) out += " " + device::format_bytes(d.bytes);
+  }
+  return out;
+}
+
+// Left-aligned text columns, right-aligned number columns.
+std::string format_table(const std::vector<std::vector<std::string>>& rows,
+                         const std::vector<bool>& right) {
+  std::vector<std::size_t> width(right.size(), 0);
+  for (const auto& row : rows)
+    for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  std::ostringstream out;
+  for (const auto& row : rows) {
+    std::string line = " ";
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      const auto pad = std::string(width[i] - row[i].size(), ' ');
+      line += " " + (right[i] ? pad + row[i] : row[i] + pad);
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    out << line << "\n";
+  }
+  return out.str();
+}
+
+std::string to_table(const ModelPlan& plan) {
+  std::ostringstream out;
+  out << "model " << plan.model;
+  if (plan.pipeline_class != plan.model) out << " (" << plan.pipeline_class << ")";
+  out << (plan.builtin ? ", built-in: counted from the constructed modules"
+                       : ", from model_index.json, config.json and safetensors headers only")
+      << "\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"component", "class", "role", "tensors", "parameters", "bytes", "dtypes"}};
+  std::uint64_t tensors = 0;
+  for (const auto& c : plan.components) {
+    if (!c.role) {
+      rows.push_back({c.name, c.class_name, "-", "-", "-", "-", "no weights"});
+      continue;
+    }
+    tensors += c.tensors;
+    rows.push_back({c.name, c.class_name, std::string(offload::to_string(*c.role)),
+                    with_commas(c.tensors), with_commas(c.parameters), bytes_cell(c.bytes),
+                    dtype_cell(c.by_dtype)});
+  }
+  rows.push_back({"total", "", "", with_commas(tensors), with_commas(plan.parameters),
+                  bytes_cell(plan.bytes), dtype_cell(plan.by_dtype)});
+  out << format_table(rows, {false, false, false, true, true, true, false});
+
+  std::uint64_t encoders = 0, largest_dit = 0, statics = 0;
+  for (const auto& c : plan.components) {
+    if (!c.role) continue;
+    switch (*c.role) {
+      case offload::Role::encoder:
+        encoders += c.bytes;
+        break;
+      case offload::Role::dit:
+        largest_dit = std::max(largest_dit, c.bytes);
+        break;
+      case offload::Role::vae:
+      case offload::Role::resident:
+        statics += c.bytes;
+        break;
+    }
+  }
+  out << "planned peak resident weights\n"
+      << "  with model-level offload  " << bytes_cell(plan.planned_peak_with_offload_bytes)
+      << "  = max(encoders " << device::format_bytes(encoders) << ", largest DiT "
+      << device::format_bytes(largest_dit) << ") + VAE and resident "
+      << device::format_bytes(statics) << "\n"
+      << "  without offload           " << bytes_cell(plan.planned_peak_without_offload_bytes)
+      << "\n";
+  for (const auto& c : plan.components)
+    if (!c.note.empty()) out << "note: " << c.name << ": " << c.note << "\n";
+  return out.str();
+}
+
+int inspect(const InspectOptions& o) {
+  const auto plan = inspect_model(o.model);
+  if (o.json == "-") {
+    std::cout << plan.to_json().dump(2) << "\n";
+    return 0;
+  }
+  std::cout << to_table(plan);
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    OMNI_CHECK(out.good(), FormatError, o.json, ": cannot create JSON file");
+    out << plan.to_json().dump(2) << "\n";
+    OMNI_CHECK(out.good(), FormatError, o.json, ": write failed");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app) {
+  auto options = std::make_shared<InspectOptions>();
+  auto* cmd = app.add_subcommand(
+      "inspect",
+      "Show a model's components, roles, parameters, bytes by dtype and the planned peak "
+      "resident weights with and without offload (reads headers only, never the weights)");
+  cmd->add_option("model", options->model,
+                  "Model: a diffusers directory (model_index.json) or example:wan-shaped")
+      ->required();
+  cmd->add_option("--json", options->json,
+                  "Also write the plan as JSON to PATH ('-': stdout only)");
+  cmd->callback([options] { std::exit(run_guarded([&] { return inspect(*options); })); });
+}
+
+}  // namespace omni::cli

@@ -1,0 +1,288 @@
+// omni inspect: plans a model from headers only (see omni/engine/inspect.h).
+#include "omni/engine/inspect.h"
+
+#include <algorithm>
+#include <set>
+
+#include "omni/error.h"
+#include "omni/io/checkpoint.h"
+#include "omni/io/json_config.h"
+#include "omni/models/wan/autoencoder_kl_wan.h"
+#include "omni/models/wan/umt5_encoder.h"
+#include "omni/models/wan/wan_transformer.h"
+#include "omni/offload/backend.h"
+#include "omni/offload/host_home.h"
+#include "omni/pipelines/pipeline.h"
+
+namespace fs = std::filesystem;
+
+namespace omni {
+
+namespace {
+
+using offload::Role;
+
+bool starts_with_any(std::string_view s, std::initializer_list<std::string_view> prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(),
+                     [&](std::string_view p) { return s.starts_with(p); });
+}
+
+bool contains_any(std::string_view s, std::initializer_list<std::string_view> parts) {
+  return std::any_of(parts.begin(), parts.end(),
+                     [&](std::string_view p) { return s.find(p) != std::string_view::npos; });
+}
+
+// Note [Roles by component name] (inspect.h).
+std::optional<Role> role_for(std::string_view name, std::string_view class_name) {
+  if (starts_with_any(name, {"tokenizer", "scheduler", "feature_extractor", "image_processor"}) ||
+      contains_any(class_name, {"Tokenizer", "Scheduler", "FeatureExtractor", "Processor"}))
+    return std::nullopt;
+  if (starts_with_any(name, {"transformer", "unet"})) return Role::dit;
+  if (starts_with_any(name, {"text_encoder", "image_encoder"})) return Role::encoder;
+  if (name.starts_with("vae")) return Role::vae;
+  return Role::resident;
+}
+
+void add_tensor(ComponentPlan& c, io::DType dtype, std::uint64_t numel, std::uint64_t bytes) {
+  ++c.tensors;
+  c.parameters += numel;
+  c.bytes += bytes;
+  auto& d = c.by_dtype[dtype];
+  d.parameters += numel;
+  d.bytes += bytes;
+}
+
+void add_header_tensors(ComponentPlan& c, const io::SafetensorsHeader& header,
+                        std::set<std::string>* seen) {
+  for (const auto& t : header.tensors)
+    if (seen->insert(t.name).second) add_tensor(c, t.dtype, t.numel(), t.nbytes());
+}
+
+// A sharded checkpoint: every shard's header, checked against the weight_map
+// the way io::Checkpoint::open_index checks it, without mapping any data.
+void read_index(ComponentPlan& c, const fs::path& index_json) {
+  const auto json = io::read_json_file(index_json);
+  const std::string label = index_json.string();
+  OMNI_CHECK(json.is_object() && json.contains("weight_map") && json["weight_map"].is_object(),
+             FormatError, label, ": missing 'weight_map' object");
+  std::map<std::string, std::vector<std::string>> by_shard;
+  for (auto it = json["weight_map"].begin(); it != json["weight_map"].end(); ++it) {
+    OMNI_CHECK(it.value().is_string(), FormatError, label, ": shard of '", it.key(),
+               "' is not a string");
+    const auto shard = it.value().get<std::string>();
+    OMNI_CHECK(!shard.empty() && shard.find('/') == std::string::npos &&
+                   shard.find("..") == std::string::npos,
+               FormatError, label, ": shard name '", shard, "' must be a plain file name");
+    by_shard[shard].push_back(it.key());
+  }
+  OMNI_CHECK(!by_shard.empty(), FormatError, label, ": empty 'weight_map'");
+  std::set<std::string> seen;
+  for (const auto& [shard, names] : by_shard) {
+    const auto path = index_json.parent_path() / shard;
+    OMNI_CHECK(fs::exists(path), FormatError, label, ": shard ", shard, " does not exist");
+    const auto header = io::read_safetensors_header(path);
+    for (const auto& name : names)
+      OMNI_CHECK(header.find(name) != nullptr, FormatError, label, ": tensor '", name,
+                 "' is mapped to ", shard, " but that shard does not hold it");
+    OMNI_CHECK(header.tensors.size() == names.size(), FormatError, label, ": shard ", shard,
+               " holds ", header.tensors.size(), " tensors but the weight_map lists ",
+               names.size());
+    add_header_tensors(c, header, &seen);
+    c.files.push_back(path);
+  }
+}
+
+// The weights of a component folder, chosen as io::Checkpoint::open_dir
+// chooses them (diffusers' and transformers' file stems first).
+void read_weights(ComponentPlan& c, const fs::path& dir) {
+  const auto where = io::locate_weights(dir, {"diffusion_pytorch_model", "model"});
+  if (!where.index_json.empty()) return read_index(c, where.index_json);
+  std::set<std::string> seen;
+  add_header_tensors(c, io::read_safetensors_header(where.file), &seen);
+  c.files.push_back(where.file);
+}
+
+// What config.json implies, for the architectures omni implements.
+std::optional<std::uint64_t> config_parameter_count(const std::string& class_name,
+                                                    const fs::path& config_json) {
+  namespace wan = models::wan;
+  if (class_name == "WanTransformer3DModel")
+    return wan::WanTransformer3DModelImpl::parameter_count(
+        wan::WanTransformer3DConfig::from_file(config_json));
+  if (class_name == "UMT5EncoderModel")
+    return wan::UMT5EncoderModelImpl::parameter_count(wan::UMT5Config::from_file(config_json));
+  if (class_name == "AutoencoderKLWan")
+    return wan::AutoencoderKLWanImpl::parameter_count(
+        wan::AutoencoderKLWanConfig::from_file(config_json));
+  return std::nullopt;
+}
+
+void check_against_config(ComponentPlan& c, const fs::path& dir) {
+  const auto config_json = dir / "config.json";
+  if (!fs::exists(config_json)) return;
+  try {
+    c.config_parameters = config_parameter_count(c.class_name, config_json);
+  } catch (const Error& e) {
+    c.note = detail::concat("config.json cannot be used: ", e.what());
+    return;
+  }
+  if (c.config_parameters && *c.config_parameters != c.parameters)
+    c.note = detail::concat("config.json implies ", *c.config_parameters,
+                            " parameters but the weights hold ", c.parameters);
+}
+
+void finish(ModelPlan& plan) {
+  std::vector<std::pair<Role, std::uint64_t>> sizes;
+  for (const auto& c : plan.components) {
+    plan.parameters += c.parameters;
+    plan.bytes += c.bytes;
+    for (const auto& [dtype, d] : c.by_dtype) {
+      plan.by_dtype[dtype].parameters += d.parameters;
+      plan.by_dtype[dtype].bytes += d.bytes;
+    }
+    if (c.role) sizes.emplace_back(*c.role, c.bytes);
+  }
+  plan.planned_peak_with_offload_bytes = offload::planned_model_level_peak(sizes);
+  plan.planned_peak_without_offload_bytes = plan.bytes;
+}
+
+ModelPlan inspect_directory(const std::string& model) {
+  const fs::path dir(model);
+  const auto index_path = dir / "model_index.json";
+  OMNI_CHECK(fs::exists(index_path), FormatError, model,
+             ": no model_index.json (expected a diffusers model directory)");
+  const auto index = io::read_json_file(index_path);
+  OMNI_CHECK(index.is_object() && index.contains("_class_name") && index["_class_name"].is_string(),
+             FormatError, index_path.string(), ": missing '_class_name'");
+  ModelPlan plan;
+  plan.model = model;
+  plan.pipeline_class = index["_class_name"].get<std::string>();
+  // nlohmann::json keeps object keys sorted, which is also diffusers' order.
+  for (auto it = index.begin(); it != index.end(); ++it) {
+    const auto& name = it.key();
+    const auto& value = it.value();
+    // Entries that are not [library, class] pairs are pipeline settings
+    // (boundary_ratio, …); [null, null] is a component saved without weights.
+    if (name.starts_with("_") || !value.is_array() || value.size() != 2) continue;
+    if (value[0].is_null() || value[1].is_null()) continue;
+    OMNI_CHECK(value[1].is_string(), FormatError, index_path.string(), ": component '", name,
+               "' has a class name that is not a string");
+    OMNI_CHECK(name.find('/') == std::string::npos && name.find("..") == std::string::npos,
+               FormatError, index_path.string(), ": component name '", name,
+               "' must be a plain folder name");
+    ComponentPlan c;
+    c.name = name;
+    c.class_name = value[1].get<std::string>();
+    c.role = role_for(name, c.class_name);
+    const auto folder = dir / name;
+    if (c.role) {
+      OMNI_CHECK(fs::is_directory(folder), FormatError, folder.string(),
+                 ": component folder missing (model_index.json lists '", name, "')");
+      read_weights(c, folder);
+      check_against_config(c, folder);
+    }
+    plan.components.push_back(std::move(c));
+  }
+  finish(plan);
+  return plan;
+}
+
+// "omni::pipelines::(anonymous namespace)::DiTImpl" → "DiT".
+std::string short_class_name(const std::string& name) {
+  auto s = name.substr(name.rfind("::") == std::string::npos ? 0 : name.rfind("::") + 2);
+  if (s.ends_with("Impl")) s.resize(s.size() - 4);
+  return s;
+}
+
+ModelPlan inspect_builtin(const std::string& model) {
+  const auto pipeline = pipelines::load_pipeline(model);
+  const auto resolved = offload::resolve_components(*pipeline, pipeline->components(),
+                                                    /*require_exclusion_groups=*/false);
+  ModelPlan plan;
+  plan.model = model;
+  plan.pipeline_class = pipeline->class_name();
+  plan.builtin = true;
+  for (const auto& r : resolved) {
+    ComponentPlan c;
+    c.name = r.path;
+    c.class_name = short_class_name(r.module->name());
+    c.role = r.role;
+    for (const auto& e : offload::unique_tensors(*r.module))
+      add_tensor(c, io::from_scalar_type(e.tensor.scalar_type()),
+                 static_cast<std::uint64_t>(e.tensor.numel()),
+                 static_cast<std::uint64_t>(e.tensor.numel() * e.tensor.element_size()));
+    plan.components.push_back(std::move(c));
+  }
+  // The pipeline's own child order (text encoder, experts, VAE), not the spec's.
+  std::vector<std::string> order;
+  for (const auto& child : pipeline->named_children()) order.push_back(child.key());
+  auto rank = [&](const ComponentPlan& c) {
+    const auto top = c.name.substr(0, c.name.find('.'));
+    return std::find(order.begin(), order.end(), top) - order.begin();
+  };
+  std::stable_sort(plan.components.begin(), plan.components.end(),
+                   [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+  finish(plan);
+  return plan;
+}
+
+nlohmann::json dtype_json(const std::map<io::DType, DTypeBytes>& by_dtype) {
+  auto j = nlohmann::json::object();
+  for (const auto& [dtype, d] : by_dtype)
+    j[std::string(io::to_string(dtype))] = {{"parameters", d.parameters}, {"bytes", d.bytes}};
+  return j;
+}
+
+}  // namespace
+
+const ComponentPlan* ModelPlan::component(std::string_view name) const {
+  for (const auto& c : components)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+nlohmann::json ModelPlan::to_json() const {
+  nlohmann::json j;
+  j["model"] = model;
+  j["pipeline_class"] = pipeline_class;
+  j["builtin"] = builtin;
+  j["parameters"] = parameters;
+  j["bytes"] = bytes;
+  j["by_dtype"] = dtype_json(by_dtype);
+  j["planned_peak_with_offload_bytes"] = planned_peak_with_offload_bytes;
+  j["planned_peak_without_offload_bytes"] = planned_peak_without_offload_bytes;
+  j["components"] = nlohmann::json::array();
+  for (const auto& c : components) {
+    nlohmann::json e;
+    e["name"] = c.name;
+    e["class_name"] = c.class_name;
+    e["role"] = c.role ? nlohmann::json(std::string(offload::to_string(*c.role))) : nullptr;
+    e["tensors"] = c.tensors;
+    e["parameters"] = c.parameters;
+    e["bytes"] = c.bytes;
+    e["by_dtype"] = dtype_json(c.by_dtype);
+    e["files"] = nlohmann::json::array();
+    for (const auto& f : c.files) e["files"].push_back(f.string());
+    e["config_parameters"] = c.config_parameters ? nlohmann::json(*c.config_parameters) : nullptr;
+    e["note"] = c.note;
+    j["components"].push_back(std::move(e));
+  }
+  return j;
+}
+
+ModelPlan inspect_model(const std::string& model) {
+  OMNI_CHECK(!model.empty(), ConfigError, "model must not be empty");
+  if (model.starts_with("example:")) {
+    const auto builtins = pipelines::builtin_models();
+    std::string known;
+    for (const auto& b : builtins) known += (known.empty() ? "" : ", ") + b;
+    OMNI_CHECK(std::find(builtins.begin(), builtins.end(), model) != builtins.end(), ConfigError,
+               "unknown built-in model '", model, "'; built-ins: ", known);
+    return inspect_builtin(model);
+  }
+  OMNI_CHECK(fs::is_directory(model), ConfigError, "model '", model,
+             "' is neither a built-in (example:wan-shaped) nor a directory");
+  return inspect_directory(model);
+}
+
+}  // namespace omni
