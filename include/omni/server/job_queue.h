@@ -1,0 +1,93 @@
+// JobQueue: the one thread that owns the engine, and a bounded queue in front
+// of it.
+//
+// Note [One engine thread]
+// omni::Omni is driven by one thread at a time, and a request holds the whole
+// accelerator, so the server runs one request at a time on a worker thread
+// that creates the engine, runs every job with torch::InferenceMode set on
+// that thread, and destroys the engine. HTTP threads never touch the engine:
+// they submit jobs and wait for (or poll) their results. The queue is bounded
+// (--max-queue jobs waiting, not counting the running one) so that overload
+// becomes an immediate 503 instead of unbounded latency and memory.
+//
+// Shutdown (SIGINT/SIGTERM): submit() refuses new jobs; the running job
+// finishes; queued jobs that a client is waiting on (`drain`) still run,
+// the rest are dropped.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "omni/omni.h"
+
+namespace omni::server {
+
+struct Job {
+  std::string id;  // for cancel(); may be empty
+  // Runs on the worker thread. Should not throw; an exception that escapes is
+  // logged and swallowed so the worker keeps serving.
+  std::function<void(Omni&)> run;
+  // Called instead of run when the job will never run (cancelled, or dropped
+  // at shutdown); on whichever thread cancels or shuts down. May be empty.
+  std::function<void(std::string_view reason)> drop;
+  bool drain = true;  // still runs during shutdown (a client waits for it)
+};
+
+enum class SubmitResult { accepted, full, stopped };
+
+struct QueueStats {
+  std::size_t queued = 0;
+  std::size_t capacity = 0;
+  bool running = false;
+  bool stopping = false;
+};
+
+class JobQueue {
+ public:
+  using EngineFactory = std::function<std::unique_ptr<Omni>()>;
+  using Observer = std::function<void(Omni&)>;
+
+  // Starts the worker, which creates the engine with `factory`; blocks until it
+  // is loaded and rethrows the factory's exception (the worker is then gone).
+  // `on_loaded` runs on the worker right after loading (to publish figures
+  // that only the engine's thread may read).
+  JobQueue(EngineFactory factory, std::size_t capacity, Observer on_loaded = {});
+  // shutdown(), then joins the worker.
+  ~JobQueue();
+  JobQueue(const JobQueue&) = delete;
+  JobQueue& operator=(const JobQueue&) = delete;
+
+  // Thread-safe, never blocks on the engine.
+  SubmitResult submit(Job job);
+  // Removes a queued (not yet running) job and calls its drop. Thread-safe.
+  bool cancel(const std::string& id);
+  QueueStats stats() const;
+
+  // Stops accepting and drops the queued jobs that are not `drain`; the
+  // worker goes on with the rest. Returns at once. Idempotent; thread-safe.
+  void close();
+  // close(), then waits until the worker finished the running job and the
+  // queued `drain` jobs and destroyed the engine. Idempotent; thread-safe.
+  void shutdown();
+
+ private:
+  void worker_main(EngineFactory factory, Observer on_loaded, std::promise<void> loaded);
+
+  const std::size_t capacity_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job> queue_;
+  bool running_ = false;
+  bool stopping_ = false;
+  std::mutex join_mutex_;
+  std::thread worker_;
+};
+
+}  // namespace omni::server

@@ -1,0 +1,29 @@
+// The work jobs do on the engine's thread, and the encodings of its output
+// (private to src/server).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "omni/omni.h"
+#include "omni/server/request_parser.h"
+
+namespace omni::server {
+
+// Runs an image request: n generations with seeds seed, seed+1, … (mod 2^64),
+// each the same engine call as `omni generate --num-frames 1`. Returns one PNG
+// per image. Engine thread.
+std::vector<std::string> generate_images(Omni& engine, const ImageRequest& request);
+
+// Runs a video request and returns it as MP4 bytes. Engine thread.
+std::string generate_video(Omni& engine, const pipelines::GenerationRequest& request,
+                           const pipelines::ProgressFn& progress = {});
+
+// MP4 (H.264) bytes of uint8 [F, H, W, 3] frames, through io::write_video.
+// FormatError when this build cannot write video.
+std::string encode_mp4(const torch::Tensor& frames, int fps);
+
+std::string base64_encode(std::string_view bytes);
+
+}  // namespace omni::server

@@ -1,0 +1,198 @@
+#include "omni/server/metrics.h"
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+
+namespace omni::server {
+
+OffloadFigures OffloadFigures::from_report(const offload::OffloadReport& report) {
+  OffloadFigures f;
+  f.device = report.device;
+  f.strategy = report.strategy;
+  f.stand_in = report.stand_in;
+  f.peak_resident_bytes = report.peak_resident_bytes;
+  f.planned_peak_bytes = report.planned_peak_bytes;
+  f.pinned_host_bytes = report.pinned_host_bytes;
+  f.pageable_host_bytes = report.pageable_host_bytes;
+  for (const auto& c : report.components) {
+    f.components[c.name] = {std::string(offload::to_string(c.role)), c.bytes};
+    for (const auto d : {offload::Direction::h2d, offload::Direction::d2h})
+      f.flows[{c.name, std::string(offload::to_string(d))}];
+  }
+  for (const auto& t : report.transfers) {
+    auto& flow = f.flows[{t.component, std::string(offload::to_string(t.direction))}];
+    flow.bytes += t.bytes;
+    flow.seconds += t.seconds;
+    ++flow.count;
+  }
+  return f;
+}
+
+void Metrics::observe_request(const std::string& endpoint, const std::string& method, int status,
+                              double seconds) {
+  std::lock_guard lock(mutex_);
+  ++requests_[{endpoint, method, status}];
+  auto& h = latency_[endpoint];
+  const auto bucket = std::lower_bound(kBuckets.begin(), kBuckets.end(), seconds);
+  if (bucket != kBuckets.end()) ++h.buckets[bucket - kBuckets.begin()];
+  ++h.count;
+  h.sum += seconds;
+}
+
+void Metrics::observe_generation(const std::string& kind, bool ok, double seconds) {
+  std::lock_guard lock(mutex_);
+  auto& g = generations_[kind];
+  ++(ok ? g.ok : g.error);
+  g.seconds += seconds;
+}
+
+void Metrics::publish_offload(OffloadFigures figures) {
+  std::lock_guard lock(mutex_);
+  figures.peak_resident_bytes = std::max(figures.peak_resident_bytes, offload_.peak_resident_bytes);
+  offload_ = std::move(figures);
+}
+
+std::uint64_t Metrics::requests(const std::string& endpoint, const std::string& method,
+                                int status) const {
+  std::lock_guard lock(mutex_);
+  const auto it = requests_.find({endpoint, method, status});
+  return it == requests_.end() ? 0 : it->second;
+}
+
+namespace {
+
+// Label values escape backslash, double quote and newline.
+std::string escape(const std::string& value) {
+  std::string out;
+  for (const char c : value) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// The shortest text that reads back as the same double.
+std::string number(double v) {
+  char buf[64];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  return std::string(buf, end);
+}
+
+class Writer {
+ public:
+  void family(const char* name, const char* type, const char* help) {
+    out_ << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+  }
+  template <typename V>
+  void sample(const std::string& name,
+              const std::vector<std::pair<std::string, std::string>>& labels, V value) {
+    out_ << name;
+    if (!labels.empty()) {
+      out_ << "{";
+      for (std::size_t i = 0; i < labels.size(); ++i)
+        out_ << (i ? "," : "") << labels[i].first << "=\"" << escape(labels[i].second) << "\"";
+      out_ << "}";
+    }
+    if constexpr (std::is_floating_point_v<V>)
+      out_ << " " << number(value) << "\n";
+    else
+      out_ << " " << value << "\n";
+  }
+  std::string str() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+};
+
+}  // namespace
+
+std::string Metrics::render(const QueueGauges& queue) const {
+  std::lock_guard lock(mutex_);
+  Writer w;
+  w.family("omni_http_requests_total", "counter", "HTTP requests by endpoint, method and status.");
+  for (const auto& [key, count] : requests_) {
+    const auto& [endpoint, method, status] = key;
+    w.sample("omni_http_requests_total",
+             {{"endpoint", endpoint}, {"method", method}, {"status", std::to_string(status)}},
+             count);
+  }
+  w.family("omni_http_request_duration_seconds", "histogram",
+           "HTTP request latency, from routing until the response is ready to send.");
+  for (const auto& [endpoint, h] : latency_) {
+    std::uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < kBuckets.size(); ++i) {
+      cumulative += h.buckets[i];
+      w.sample("omni_http_request_duration_seconds_bucket",
+               {{"endpoint", endpoint}, {"le", number(kBuckets[i])}}, cumulative);
+    }
+    w.sample("omni_http_request_duration_seconds_bucket", {{"endpoint", endpoint}, {"le", "+Inf"}},
+             h.count);
+    w.sample("omni_http_request_duration_seconds_sum", {{"endpoint", endpoint}}, h.sum);
+    w.sample("omni_http_request_duration_seconds_count", {{"endpoint", endpoint}}, h.count);
+  }
+
+  w.family("omni_queue_depth", "gauge",
+           "Jobs waiting for the engine (not counting the running one).");
+  w.sample("omni_queue_depth", {}, queue.queued);
+  w.family("omni_queue_capacity", "gauge", "Most jobs that may wait (--max-queue).");
+  w.sample("omni_queue_capacity", {}, queue.capacity);
+  w.family("omni_jobs_running", "gauge", "Jobs the engine is running (0 or 1).");
+  w.sample("omni_jobs_running", {}, queue.running ? 1 : 0);
+  w.family("omni_video_jobs", "gauge", "Video job records held (queued, running and finished).");
+  w.sample("omni_video_jobs", {}, queue.video_jobs);
+
+  w.family("omni_generations_total", "counter", "Generations run by the engine, by outcome.");
+  for (const auto& [kind, g] : generations_) {
+    w.sample("omni_generations_total", {{"kind", kind}, {"outcome", "ok"}}, g.ok);
+    w.sample("omni_generations_total", {{"kind", kind}, {"outcome", "error"}}, g.error);
+  }
+  w.family("omni_generation_seconds_total", "counter", "Engine time spent generating.");
+  for (const auto& [kind, g] : generations_)
+    w.sample("omni_generation_seconds_total", {{"kind", kind}}, g.seconds);
+
+  const auto& o = offload_;
+  w.family("omni_device_info", "gauge",
+           "The device and offload strategy (stand_in=\"true\": figures are simulated).");
+  w.sample(
+      "omni_device_info",
+      {{"device", o.device}, {"strategy", o.strategy}, {"stand_in", o.stand_in ? "true" : "false"}},
+      1);
+  w.family("omni_offload_transfer_bytes_total", "counter",
+           "Bytes moved per component and direction since load.");
+  for (const auto& [key, flow] : o.flows)
+    w.sample("omni_offload_transfer_bytes_total",
+             {{"component", key.first}, {"direction", key.second}}, flow.bytes);
+  w.family("omni_offload_transfer_seconds_total", "counter",
+           "Seconds spent moving weights per component and direction since load.");
+  for (const auto& [key, flow] : o.flows)
+    w.sample("omni_offload_transfer_seconds_total",
+             {{"component", key.first}, {"direction", key.second}}, flow.seconds);
+  w.family("omni_offload_transfers_total", "counter",
+           "Transfers per component and direction since load.");
+  for (const auto& [key, flow] : o.flows)
+    w.sample("omni_offload_transfers_total", {{"component", key.first}, {"direction", key.second}},
+             flow.count);
+  w.family("omni_offload_component_bytes", "gauge", "Weight bytes of each component.");
+  for (const auto& [name, rb] : o.components)
+    w.sample("omni_offload_component_bytes", {{"component", name}, {"role", rb.first}}, rb.second);
+  w.family("omni_offload_peak_resident_bytes", "gauge",
+           "Largest device bytes held by resident weights during any request.");
+  w.sample("omni_offload_peak_resident_bytes", {}, o.peak_resident_bytes);
+  w.family("omni_offload_planned_peak_bytes", "gauge", "Planned peak resident bytes.");
+  w.sample("omni_offload_planned_peak_bytes", {}, o.planned_peak_bytes);
+  w.family("omni_offload_pinned_host_bytes", "gauge", "Page-locked host bytes holding weights.");
+  w.sample("omni_offload_pinned_host_bytes", {}, o.pinned_host_bytes);
+  w.family("omni_offload_pageable_host_bytes", "gauge",
+           "Pageable host bytes holding weights (pinning refused).");
+  w.sample("omni_offload_pageable_host_bytes", {}, o.pageable_host_bytes);
+  return w.str();
+}
+
+}  // namespace omni::server

@@ -1,0 +1,168 @@
+#include "omni/server/server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+
+#include "omni/error.h"
+#include "omni/io/video_writer.h"
+#include "router.h"
+#include "service.h"
+
+namespace omni::server {
+
+void ServerOptions::validate() const {
+  OMNI_CHECK(!host.empty(), ConfigError, "--host must not be empty");
+  OMNI_CHECK(port >= 0 && port <= 65535, ConfigError, "--port must be in 0..65535, got ", port);
+  OMNI_CHECK(max_queue >= 1 && max_queue <= 100000, ConfigError,
+             "--max-queue must be in 1..100000, got ", max_queue);
+  OMNI_CHECK(max_body_bytes >= 1024, ConfigError, "--max-body must be at least 1 KiB, got ",
+             max_body_bytes);
+  OMNI_CHECK(max_steps >= 1, ConfigError, "--max-steps must be at least 1, got ", max_steps);
+  OMNI_CHECK(max_frames >= 1, ConfigError, "--max-frames must be at least 1, got ", max_frames);
+  OMNI_CHECK(job_ttl_seconds >= 1, ConfigError, "--job-ttl must be at least 1 second, got ",
+             job_ttl_seconds);
+  OMNI_CHECK(max_jobs >= 1, ConfigError, "--max-jobs must be at least 1, got ", max_jobs);
+  OMNI_CHECK(http_threads <= 4096, ConfigError, "HTTP threads must be at most 4096, got ",
+             http_threads);
+}
+
+namespace {
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// httplib's thread pool, plus a hook on the accept loop's idle ticks: that is
+// where a stop() that came before the loop started takes effect.
+class ServerTaskQueue : public httplib::TaskQueue {
+ public:
+  ServerTaskQueue(std::size_t threads, std::function<void()> on_idle)
+      : pool_(threads), on_idle_(std::move(on_idle)) {}
+  void enqueue(std::function<void()> fn) override { pool_.enqueue(std::move(fn)); }
+  void shutdown() override { pool_.shutdown(); }
+  void on_idle() override { on_idle_(); }
+
+ private:
+  httplib::ThreadPool pool_;
+  std::function<void()> on_idle_;
+};
+
+}  // namespace
+
+struct Server::State {
+  explicit State(ServerOptions options) : service(std::move(options)) {}
+
+  // Stops httplib's accept loop once it runs (its stop() is a no-op before).
+  void stop_http() {
+    std::lock_guard lock(stop_mutex);
+    if (http_stopped || !http.is_running()) return;
+    http.stop();
+    http_stopped = true;
+  }
+
+  Service service;
+  httplib::Server http;  // after `service`: its handlers refer to it
+  std::atomic<bool> stop_requested{false};
+  std::mutex stop_mutex;
+  bool http_stopped = false;
+  bool bound = false;
+  int listen_fd = -1;  // the socket httplib binds (set while it creates it)
+};
+
+Server::Server(EngineArgs engine, ServerOptions options) {
+  options.validate();
+  engine.validate();
+  const std::size_t threads = options.http_threads > 0
+                                  ? options.http_threads
+                                  : std::max<std::size_t>(8, options.max_queue + 4);
+  state_ = std::make_unique<State>(std::move(options));
+  auto& s = state_->service;
+  s.model_id = engine.model;
+  s.started_at = unix_now();
+  s.video_supported = io::video_supported();
+  s.queue = std::make_unique<JobQueue>(
+      [&s, engine]() {
+        auto omni = std::make_unique<Omni>(engine);
+        s.pipeline = &omni->pipeline();
+        s.stand_in = omni->device().is_stand_in();
+        s.device_name = omni->device().name();
+        return omni;
+      },
+      s.options.max_queue,
+      [&s](Omni& omni) {
+        s.metrics.publish_offload(OffloadFigures::from_report(omni.offload_report()));
+      });
+
+  auto& http = state_->http;
+  State* state = state_.get();
+  http.new_task_queue = [threads, state] {
+    return new ServerTaskQueue(threads, [state] {
+      if (state->stop_requested) state->stop_http();
+    });
+  };
+  // Note [Listen socket]
+  // httplib's default options set SO_REUSEPORT, which lets a second server
+  // bind a port in use and silently split its traffic; we want that to be an
+  // error, and only SO_REUSEADDR (a quick restart). We also keep the socket
+  // to widen httplib's listen backlog of 5, which drops connections from
+  // bursts of clients (the kernel's accept queue overflows).
+  http.set_socket_options([state](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    state->listen_fd = sock;
+  });
+  http.set_idle_interval(0, 100'000);
+  http.set_payload_max_length(static_cast<std::size_t>(s.options.max_body_bytes));
+  http.set_keep_alive_timeout(2);
+  install_routes(http, s);
+}
+
+Server::~Server() {
+  stop();
+  state_->service.queue->shutdown();
+}
+
+int Server::bind() {
+  auto& s = state_->service;
+  OMNI_CHECK(!state_->bound, ConfigError, "the server is already bound");
+  int port = s.options.port;
+  if (port == 0)
+    port = state_->http.bind_to_any_port(s.options.host);
+  else if (!state_->http.bind_to_port(s.options.host, port))
+    port = -1;
+  OMNI_CHECK(port > 0, ConfigError, "cannot listen on ", s.options.host, ":", s.options.port,
+             " (the port is in use, or the host is not an address of this machine)");
+  // listen() again on a listening socket only changes its backlog (Note [Listen socket]).
+  if (state_->listen_fd >= 0) ::listen(state_->listen_fd, SOMAXCONN);
+  state_->bound = true;
+  return port;
+}
+
+void Server::run() {
+  OMNI_INTERNAL_ASSERT(state_->bound, "Server::run before bind");
+  if (!state_->stop_requested) state_->http.listen_after_bind();
+  // Every HTTP thread has returned: what is left in the queue is either
+  // running or dropped by now.
+  state_->service.queue->shutdown();
+}
+
+void Server::stop() {
+  state_->stop_requested = true;
+  state_->service.queue->close();
+  state_->stop_http();
+}
+
+bool Server::stand_in() const {
+  return state_->service.stand_in;
+}
+const std::string& Server::model_id() const {
+  return state_->service.model_id;
+}
+
+}  // namespace omni::server

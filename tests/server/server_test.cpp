@@ -1,0 +1,416 @@
+// End to end: the real `omni serve` binary over loopback HTTP, every route and
+// every error status (tiny sizes: 32x32, 2-4 steps, 5 frames).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "omni/io/image_writer.h"
+#include "server/server_process.h"
+
+namespace omni::server {
+namespace {
+
+using nlohmann::json;
+using namespace testing;
+namespace fs = std::filesystem;
+
+const std::string kImage =
+    R"({"prompt": "a red circle", "size": "32x32", "num_inference_steps": 2, "seed": 7})";
+const std::string kVideo =
+    R"({"prompt": "a red circle moving right", "size": "32x32", "num_inference_steps": 2,
+        "num_frames": 5, "fps": 8, "seed": 3})";
+
+json body_of(const httplib::Result& r) {
+  return json::parse(r->body);
+}
+
+// Checks an error response: status and OpenAI's {"error": {message, type, code}}.
+void expect_error(const httplib::Result& r, int status, const std::string& code = {}) {
+  ASSERT_TRUE(r) << "no response: " << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, status) << r->body;
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+  const auto body = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << r->body;
+  ASSERT_TRUE(body.contains("error")) << r->body;
+  const auto& e = body["error"];
+  EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << r->body;
+  EXPECT_TRUE(e["type"].is_string()) << r->body;
+  EXPECT_TRUE(e["code"].is_string()) << r->body;
+  if (!code.empty()) EXPECT_EQ(e["code"], code) << r->body;
+}
+
+torch::Tensor decode_b64_png(const json& item) {
+  return io::decode_png(base64_decode(item["b64_json"].get<std::string>()));
+}
+
+// What `omni generate` writes for the same request: uint8 [H, W, 3].
+torch::Tensor generate_with_cli(std::uint64_t seed) {
+  const auto out = fs::temp_directory_path() / ("omni-serve-cli-" + std::to_string(::getpid()) +
+                                                "-" + std::to_string(seed) + ".png");
+  const std::string command = std::string(OMNI_BINARY) +
+                              " generate example:wan-shaped --enable-cpu-offload --device sim"
+                              " --prompt 'a red circle' --size 32x32 --steps 2 --num-frames 1"
+                              " --seed " +
+                              std::to_string(seed) + " -q -o " + out.string();
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  std::ifstream in(out, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove(out);
+  return io::decode_png(bytes);
+}
+
+std::string wait_for_video(httplib::Client& c, const std::string& id,
+                           std::chrono::seconds timeout = 120s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string status;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto r = c.Get("/v1/videos/" + id);
+    if (!r || r->status != 200) return "http error";
+    status = body_of(r)["status"];
+    if (status == "completed" || status == "failed") return status;
+    std::this_thread::sleep_for(20ms);
+  }
+  return "timeout: " + status;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess({"--max-steps", "10", "--max-frames", "9", "--max-body", "64KiB"});
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* ServerTest::server_ = nullptr;
+
+TEST_F(ServerTest, HealthModelsAndMetrics) {
+  auto c = server_->client();
+  const auto health = c->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  const auto h = body_of(health);
+  EXPECT_EQ(h["status"], "ok");
+  EXPECT_EQ(h["model"], "example:wan-shaped");
+  EXPECT_EQ(h["device"], "sim");
+  EXPECT_EQ(h["stand_in"], true);
+  EXPECT_EQ(h["queue"]["capacity"], 8);
+
+  const auto models = c->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  const auto m = body_of(models);
+  EXPECT_EQ(m["object"], "list");
+  ASSERT_EQ(m["data"].size(), 1u);
+  EXPECT_EQ(m["data"][0]["id"], "example:wan-shaped");
+  EXPECT_EQ(m["data"][0]["object"], "model");
+
+  ASSERT_EQ(c->Post("/v1/images/generations", kImage, "application/json")->status, 200);
+  const auto metrics = c->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_EQ(metrics->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  const auto& text = metrics->body;
+  EXPECT_GE(
+      metric(text, R"(omni_http_requests_total{endpoint="/health",method="GET",status="200"})")
+          .value_or(0),
+      1);
+  EXPECT_GE(
+      metric(
+          text,
+          R"(omni_http_requests_total{endpoint="/v1/images/generations",method="POST",status="200"})")
+          .value_or(0),
+      1);
+  EXPECT_TRUE(metric(
+      text,
+      R"(omni_http_request_duration_seconds_bucket{endpoint="/v1/images/generations",le="+Inf"})"));
+  EXPECT_EQ(metric(text, "omni_queue_depth"), 0);
+  EXPECT_EQ(metric(text, "omni_queue_capacity"), 8);
+  // Offload figures: the two experts and the encoder moved host→device,
+  // weights never came back, and they have pinned homes.
+  EXPECT_GT(
+      metric(text, R"(omni_offload_transfer_bytes_total{component="transformer",direction="h2d"})")
+          .value_or(0),
+      0);
+  EXPECT_GT(
+      metric(text, R"(omni_offload_transfer_bytes_total{component="text_encoder",direction="h2d"})")
+          .value_or(0),
+      0);
+  EXPECT_EQ(
+      metric(text, R"(omni_offload_transfer_bytes_total{component="transformer",direction="d2h"})"),
+      0);
+  EXPECT_TRUE(metric(
+      text, R"(omni_offload_transfer_seconds_total{component="transformer",direction="h2d"})"));
+  EXPECT_GT(metric(text, "omni_offload_peak_resident_bytes").value_or(0), 0);
+  EXPECT_GT(metric(text, "omni_offload_pinned_host_bytes").value_or(0), 0);
+  EXPECT_EQ(
+      metric(text, R"(omni_device_info{device="sim",strategy="model-level",stand_in="true"})"), 1);
+}
+
+TEST_F(ServerTest, ImagesEqualOmniGenerate) {
+  auto c = server_->client();
+  const std::string request =
+      R"({"prompt": "a red circle", "size": "32x32", "num_inference_steps": 2, "seed": 7, "n": 2,
+          "model": "example:wan-shaped", "response_format": "b64_json"})";
+  const auto r = c->Post("/v1/images/generations", request, "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+  const auto body = body_of(r);
+  EXPECT_TRUE(body["created"].is_number_integer());
+  ASSERT_EQ(body["data"].size(), 2u);
+  const auto first = decode_b64_png(body["data"][0]);
+  const auto second = decode_b64_png(body["data"][1]);
+  EXPECT_EQ(first.sizes(), (std::vector<std::int64_t>{32, 32, 3}));
+  EXPECT_EQ(second.sizes(), (std::vector<std::int64_t>{32, 32, 3}));
+  EXPECT_FALSE(torch::equal(first, second));  // n images use seeds 7 and 8
+  EXPECT_TRUE(torch::equal(first, generate_with_cli(7)));
+  EXPECT_TRUE(torch::equal(second, generate_with_cli(8)));
+}
+
+TEST_F(ServerTest, ImageSizeIsWidthByHeight) {
+  auto c = server_->client();
+  const auto r =
+      c->Post("/v1/images/generations",
+              R"({"prompt": "x", "size": "48x32", "num_inference_steps": 2})", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(decode_b64_png(body_of(r)["data"][0]).sizes(), (std::vector<std::int64_t>{32, 48, 3}));
+}
+
+TEST_F(ServerTest, VideoSyncReturnsMp4) {
+  auto c = server_->client();
+  const auto r = c->Post("/v1/videos/sync", kVideo, "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Content-Type"), "video/mp4");
+  const auto info = inspect_mp4(r->body);
+  EXPECT_EQ(info.first_box, "ftyp");
+  EXPECT_EQ(info.width, 32);
+  EXPECT_EQ(info.height, 32);
+  EXPECT_EQ(info.samples, 5u);
+  EXPECT_GT(r->body.size(), 100u);
+}
+
+TEST_F(ServerTest, VideoJobLifecycle) {
+  auto c = server_->client();
+  const auto created = c->Post("/v1/videos", kVideo, "application/json");
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 200) << created->body;
+  const auto job = body_of(created);
+  EXPECT_EQ(job["object"], "video");
+  EXPECT_EQ(job["status"], "queued");
+  EXPECT_TRUE(job["created_at"].is_number_integer());
+  const std::string id = job["id"];
+  ASSERT_EQ(id.rfind("video_", 0), 0u);
+
+  ASSERT_EQ(wait_for_video(*c, id), "completed");
+  const auto status = body_of(c->Get("/v1/videos/" + id));
+  EXPECT_EQ(status["progress"], 100);
+  EXPECT_TRUE(status["error"].is_null());
+  EXPECT_EQ(status["size"], "32x32");
+  EXPECT_EQ(status["num_frames"], 5);
+
+  const auto content = c->Get("/v1/videos/" + id + "/content");
+  ASSERT_TRUE(content);
+  ASSERT_EQ(content->status, 200);
+  EXPECT_EQ(content->get_header_value("Content-Type"), "video/mp4");
+  const auto info = inspect_mp4(content->body);
+  EXPECT_EQ(info.first_box, "ftyp");
+  EXPECT_EQ(info.width, 32);
+  EXPECT_EQ(info.samples, 5u);
+
+  const auto list = body_of(c->Get("/v1/videos"));
+  EXPECT_EQ(list["object"], "list");
+  bool listed = false;
+  for (const auto& v : list["data"]) listed |= v["id"] == id;
+  EXPECT_TRUE(listed);
+
+  const auto deleted = c->Delete("/v1/videos/" + id);
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(deleted->status, 200);
+  EXPECT_EQ(body_of(deleted)["deleted"], true);
+  expect_error(c->Get("/v1/videos/" + id), 404, "video_not_found");
+  expect_error(c->Get("/v1/videos/" + id + "/content"), 404, "video_not_found");
+  expect_error(c->Delete("/v1/videos/" + id), 404, "video_not_found");
+}
+
+TEST_F(ServerTest, VideoContentBeforeCompletionIs409AndQueuedJobsCanBeDeleted) {
+  auto c = server_->client();
+  // The first job keeps the engine busy, so the second is still queued.
+  const std::string slow =
+      R"({"prompt": "slow", "size": "64x64", "num_inference_steps": 10, "num_frames": 9})";
+  const std::string first = body_of(c->Post("/v1/videos", slow, "application/json"))["id"];
+  const std::string second = body_of(c->Post("/v1/videos", kVideo, "application/json"))["id"];
+  const auto early = c->Get("/v1/videos/" + second + "/content");
+  expect_error(early, 409, "video_not_ready");
+  EXPECT_EQ(body_of(c->Get("/v1/videos/" + second))["status"], "queued");
+  ASSERT_EQ(c->Delete("/v1/videos/" + second)->status, 200);
+  expect_error(c->Get("/v1/videos/" + second), 404);
+  EXPECT_EQ(wait_for_video(*c, first), "completed");
+}
+
+TEST_F(ServerTest, MalformedRequestsAre400) {
+  auto c = server_->client();
+  for (const std::string body :
+       {"{", "[1]", "", R"({"prompt": 5})", R"({"prompt": "x", "n": "2"})",
+        R"({"prompt": "x", "num_inference_steps": 2.5})", R"({"size": "32x32"})"}) {
+    SCOPED_TRACE(body);
+    expect_error(c->Post("/v1/images/generations", body, "application/json"), 400);
+  }
+  expect_error(c->Post("/v1/videos", R"({"prompt": "x", "fps": "8"})", "application/json"), 400,
+               "invalid_type");
+  expect_error(c->Post("/v1/videos/sync", "nope", "application/json"), 400, "invalid_json");
+}
+
+TEST_F(ServerTest, InvalidValuesAre422) {
+  auto c = server_->client();
+  const auto jobs_before = body_of(c->Get("/v1/videos"))["data"].size();
+  const std::vector<std::pair<std::string, std::string>> images = {
+      {R"({"prompt": "x", "size": "30x30"})", "invalid_value"},  // not a multiple of 16
+      {R"({"prompt": "x", "size": "abc"})", "invalid_size"},
+      {R"({"prompt": "", "size": "32x32"})", "invalid_value"},
+      {R"({"prompt": "x", "num_inference_steps": 11})", "too_many_steps"},  // --max-steps 10
+      {R"({"prompt": "x", "n": 0})", "invalid_value"},
+      {R"({"prompt": "x", "n": 11})", "invalid_value"},
+      {R"({"prompt": "x", "response_format": "url"})", "unsupported_response_format"},
+  };
+  for (const auto& [body, code] : images) {
+    SCOPED_TRACE(body);
+    expect_error(c->Post("/v1/images/generations", body, "application/json"), 422, code);
+  }
+  expect_error(c->Post("/v1/videos", R"({"prompt": "x", "num_frames": 13, "size": "32x32"})",
+                       "application/json"),
+               422, "too_many_frames");  // --max-frames 9
+  expect_error(c->Post("/v1/videos/sync", R"({"prompt": "x", "num_frames": 6, "size": "32x32"})",
+                       "application/json"),
+               422, "invalid_value");  // not 4k+1
+  // Nothing invalid became a job.
+  EXPECT_EQ(body_of(c->Get("/v1/videos"))["data"].size(), jobs_before);
+}
+
+TEST_F(ServerTest, UnknownRoutesJobsAndModelsAre404) {
+  auto c = server_->client();
+  expect_error(c->Get("/v1/nothing"), 404, "unknown_route");
+  expect_error(c->Get("/"), 404, "unknown_route");
+  expect_error(c->Post("/v1/images/edits", "{}", "application/json"), 404, "unknown_route");
+  expect_error(c->Get("/v1/images/generations"), 404, "unknown_route");
+  expect_error(c->Get("/v1/videos/video_0000"), 404, "video_not_found");
+  expect_error(c->Get("/v1/videos/video_0000/content"), 404, "video_not_found");
+  expect_error(c->Delete("/v1/videos/video_0000"), 404, "video_not_found");
+  expect_error(c->Post("/v1/images/generations", R"({"prompt": "x", "model": "dall-e-3"})",
+                       "application/json"),
+               404, "model_not_found");
+}
+
+TEST_F(ServerTest, BodiesOverMaxBodyAre413) {
+  auto c = server_->client();
+  const std::string big = R"({"prompt": ")" + std::string(100 * 1024, 'a') + R"("})";
+  const auto r = c->Post("/v1/images/generations", big, "application/json");
+  expect_error(r, 413, "body_too_large");
+  // The connection was not reset and the server still serves.
+  EXPECT_EQ(c->Get("/health")->status, 200);
+}
+
+TEST_F(ServerTest, OneLogLinePerRequest) {
+  auto c = server_->client();
+  ASSERT_EQ(c->Get("/health?probe=log")->status, 200);
+  expect_error(c->Get("/v1/log-probe"), 404);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::string log;
+  while (std::chrono::steady_clock::now() < deadline) {
+    log = server_->stderr_text();
+    if (log.find("GET /v1/log-probe 404") != std::string::npos) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(std::regex_search(log, std::regex(R"(GET /health 200 [0-9.]+ ms)"))) << log;
+  EXPECT_TRUE(std::regex_search(log, std::regex(R"(GET /v1/log-probe 404 [0-9.]+ ms)"))) << log;
+}
+
+TEST(ServerAuth, ApiKeyGuardsV1Routes) {
+  ServerProcess server({"--api-key", "s3cret"});
+  auto c = server.client();
+  expect_error(c->Get("/v1/models"), 401, "missing_api_key");
+  expect_error(c->Post("/v1/images/generations", kImage, "application/json"), 401,
+               "missing_api_key");
+  EXPECT_EQ(c->Get("/v1/models")->get_header_value("WWW-Authenticate"), "Bearer");
+  c->set_bearer_token_auth("wrong");
+  expect_error(c->Get("/v1/models"), 401, "invalid_api_key");
+  c->set_bearer_token_auth("s3cret");
+  EXPECT_EQ(c->Get("/v1/models")->status, 200);
+  EXPECT_EQ(c->Post("/v1/images/generations", kImage, "application/json")->status, 200);
+  auto anonymous = server.client();
+  EXPECT_EQ(anonymous->Get("/health")->status, 200);  // probes need no key
+  EXPECT_EQ(anonymous->Get("/metrics")->status, 200);
+}
+
+TEST(ServerQueue, FullQueueIs503WithRetryAfter) {
+  ServerProcess server({"--max-queue", "1"});
+  const std::string slow = R"({"prompt": "slow", "size": "64x64", "num_inference_steps": 10})";
+  std::vector<int> statuses(2, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.emplace_back([&, i] {
+      auto c = server.client();
+      const auto r = c->Post("/v1/images/generations", slow, "application/json");
+      statuses[i] = r ? r->status : -1;
+    });
+    // Wait until the first runs (then the second waits in the queue).
+    auto probe = server.client();
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const auto q = body_of(probe->Get("/health"))["queue"];
+      if (q["running"] == true && q["queued"] == i) break;
+      std::this_thread::sleep_for(2ms);
+    }
+  }
+  auto c = server.client();
+  const auto q = body_of(c->Get("/health"))["queue"];
+  if (q["running"] == true && q["queued"] == 1) {
+    const auto r = c->Post("/v1/images/generations", kImage, "application/json");
+    expect_error(r, 503, "queue_full");
+    EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+    expect_error(c->Post("/v1/videos", kVideo, "application/json"), 503, "queue_full");
+  } else {
+    ADD_FAILURE() << "the queue never held one running and one waiting job: " << q.dump();
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(statuses, (std::vector<int>{200, 200}));
+  EXPECT_EQ(body_of(c->Get("/v1/videos"))["data"].size(), 0u);  // the refused job left no record
+}
+
+TEST(ServerJobs, FinishedJobsAreBoundedInCountAndTime) {
+  ServerProcess server({"--max-jobs", "2", "--job-ttl", "3"});
+  auto c = server.client();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    ids.push_back(body_of(c->Post("/v1/videos", kVideo, "application/json"))["id"]);
+    ASSERT_EQ(wait_for_video(*c, ids.back()), "completed");
+  }
+  expect_error(c->Get("/v1/videos/" + ids[0]), 404);  // the oldest went first
+  EXPECT_EQ(body_of(c->Get("/v1/videos"))["data"].size(), 2u);
+  std::this_thread::sleep_for(3500ms);
+  EXPECT_EQ(body_of(c->Get("/v1/videos"))["data"].size(), 0u);
+  expect_error(c->Get("/v1/videos/" + ids[2] + "/content"), 404);
+}
+
+TEST(ServerBind, APortInUseIsAnError) {
+  ServerProcess first;
+  // No SO_REUSEPORT: a second server must not share the port (Note [Listen socket]).
+  const std::string command = "timeout 120 " + std::string(OMNI_BINARY) +
+                              " serve example:wan-shaped --device cpu --port " +
+                              std::to_string(first.port()) + " > /dev/null 2>&1";
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);  // a configuration error
+  EXPECT_EQ(first.client()->Get("/health")->status, 200);
+}
+
+}  // namespace
+}  // namespace omni::server
