@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "omni 0.1.0");
   omni::cli::add_generate_command(app);
+  omni::cli::add_bench_command(app);
+  omni::cli::add_inspect_command(app);
+  omni::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -29,6 +29,11 @@ void CpuDevice::copy_to_device(torch::Tensor& buffer, std::size_t offset, const 
   std::memcpy(buffer.data_ptr<std::uint8_t>() + offset, src, bytes);
 }
 
+void CpuDevice::copy_to_host(void* dst, const torch::Tensor& buffer, std::size_t offset,
+                             std::size_t bytes) {
+  std::memcpy(dst, static_cast<const std::uint8_t*>(buffer.data_ptr()) + offset, bytes);
+}
+
 std::unique_ptr<TransferTimer> CpuDevice::start_transfer_timer() {
   return make_wall_clock_timer();
 }

@@ -19,6 +19,9 @@ class SimDevice final : public Device {
   torch::Tensor allocate(std::size_t bytes) override;
   void copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src, std::size_t bytes,
                       bool src_pinned) override;
+  void copy_to_host(void* dst, const torch::Tensor& buffer, std::size_t offset,
+                    std::size_t bytes) override;
+  void release_cached_memory() override {}
   std::unique_ptr<TransferTimer> start_transfer_timer() override;
   void publish_uploads() override {}
   void retire(torch::Tensor&) override {}

@@ -98,6 +98,18 @@ class Device {
   virtual void copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src,
                               std::size_t bytes, bool src_pinned) = 0;
 
+  // Blocking device→host copy of buffer[offset, offset+bytes) into `dst`
+  // (pageable or page-locked); returns once `dst` holds the bytes. Weights
+  // never need it (design.md §2 rule 3: offloading copies nothing back); it
+  // exists so that benchmarks can reproduce movers that do copy back.
+  virtual void copy_to_host(void* dst, const torch::Tensor& buffer, std::size_t offset,
+                            std::size_t bytes) = 0;
+
+  // Hands cached, unused device memory back to the driver (what
+  // torch.cuda.empty_cache() does); blocks the host. A no-op where nothing is
+  // cached (sim, cpu). Only baselines that call empty_cache use it.
+  virtual void release_cached_memory() = 0;
+
   // Starts timing transfers enqueued from now on, until timer->stop().
   virtual std::unique_ptr<TransferTimer> start_transfer_timer() = 0;
 

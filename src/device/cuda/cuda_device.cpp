@@ -113,6 +113,20 @@ class CudaDevice final : public Device {
           "host-to-device copy");
   }
 
+  void copy_to_host(void* dst, const torch::Tensor& buffer, std::size_t offset,
+                    std::size_t bytes) override {
+    const auto* src = static_cast<const std::uint8_t*>(buffer.data_ptr()) + offset;
+    // Whatever compute enqueued before this call happens first.
+    at::cuda::CUDAEvent ready;
+    ready.record(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index_)));
+    ready.block(transfer_);
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, transfer_.stream()),
+          "device-to-host copy");
+    check(cudaStreamSynchronize(transfer_.stream()), "device-to-host copy");
+  }
+
+  void release_cached_memory() override { c10::cuda::CUDACachingAllocator::emptyCache(); }
+
   std::unique_ptr<TransferTimer> start_transfer_timer() override {
     return std::make_unique<CudaTimer>(transfer_);
   }

@@ -1,0 +1,223 @@
+// The real `omni` binary, end to end: generate with offload (PNG, MP4, report
+// JSON), the one-line errors of bad inputs, and inspect.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "omni/io/image_writer.h"
+#include "omni/io/video_writer.h"
+#include "support/run_process.h"
+#include "support/scratch_dir.h"
+
+#if OMNI_WITH_VIDEO
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+}
+#endif
+
+namespace fs = std::filesystem;
+using omni::testing::run_process;
+
+namespace {
+
+class Cli : public omni::testing::ScratchDirTest {
+ protected:
+  Cli() : ScratchDirTest("omni_cli_test") {}
+  static omni::testing::ProcessResult run_omni(std::vector<std::string> args) {
+    args.insert(args.begin(), OMNI_BINARY);
+    return run_process(args);
+  }
+  // A short, small generation (2 steps) of the built-in example; `overrides`
+  // replace or add options (each option is given once).
+  std::vector<std::string> generate_args(
+      const std::string& output, const std::map<std::string, std::string>& overrides = {}) const {
+    std::map<std::string, std::string> options = {{"--prompt", "a red circle moving right"},
+                                                  {"--steps", "2"},
+                                                  {"--size", "64x48"},
+                                                  {"--output", (dir_ / output).string()}};
+    for (const auto& [k, v] : overrides) options[k] = v;
+    std::vector<std::string> args = {"generate", "example:wan-shaped"};
+    for (const auto& [k, v] : options) {
+      args.push_back(k);
+      args.push_back(v);
+    }
+    return args;
+  }
+};
+
+void expect_one_line_error(const omni::testing::ProcessResult& r, const std::string& mentions) {
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.err_lines(), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("omni: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(mentions), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, GenerateWithOffloadWritesAPngAndTheReport) {
+  const auto report_path = (dir_ / "report.json").string();
+  auto args = generate_args("one.png", {{"--num-frames", "1"}, {"--report-json", report_path}});
+  args.push_back("--enable-cpu-offload");
+  const auto r = run_omni(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  const auto png = omni::io::decode_png(omni::testing::read_text_file((dir_ / "one.png").string()));
+  EXPECT_EQ(png.sizes(), (std::vector<std::int64_t>{48, 64, 3}));
+
+  const auto json = nlohmann::json::parse(omni::testing::read_text_file(report_path));
+  for (const char* key :
+       {"device", "peak_resident_bytes", "planned_peak_without_offload_bytes", "pinned_host_bytes",
+        "pageable_host_bytes", "d2h_bytes", "components", "transfers"})
+    EXPECT_TRUE(json.contains(key)) << key;
+  EXPECT_TRUE(json["device"].is_string());
+  EXPECT_EQ(json["d2h_bytes"].get<std::uint64_t>(), 0u) << "offloading must copy nothing back";
+  EXPECT_GT(json["peak_resident_bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_LT(json["peak_resident_bytes"].get<std::uint64_t>(),
+            json["planned_peak_without_offload_bytes"].get<std::uint64_t>());
+  EXPECT_GT(json["pinned_host_bytes"].get<std::uint64_t>() +
+                json["pageable_host_bytes"].get<std::uint64_t>(),
+            0u);
+  std::set<std::string> roles;
+  ASSERT_EQ(json["components"].size(), 4u);
+  for (const auto& c : json["components"]) {
+    for (const char* key : {"name", "role", "bytes", "uploads"})
+      EXPECT_TRUE(c.contains(key)) << key << " in " << c.dump();
+    roles.insert(c["role"].get<std::string>());
+    EXPECT_TRUE(c["uploads"].is_number_unsigned()) << c.dump();
+  }
+  EXPECT_EQ(roles, (std::set<std::string>{"dit", "encoder", "vae"}));
+  // This request swapped the encoder in, then the high-noise expert (2 steps
+  // at shift 12 both lie above the boundary); the VAE came up at load.
+  ASSERT_FALSE(json["transfers"].empty());
+  std::set<std::string> moved;
+  std::uint64_t moved_bytes = 0;
+  for (const auto& t : json["transfers"]) {
+    for (const char* key : {"component", "direction", "bytes", "seconds"})
+      EXPECT_TRUE(t.contains(key)) << key << " in " << t.dump();
+    EXPECT_EQ(t["direction"], "h2d");
+    moved.insert(t["component"].get<std::string>());
+    moved_bytes += t["bytes"].get<std::uint64_t>();
+  }
+  EXPECT_TRUE(moved.count("text_encoder") && moved.count("transformer")) << json["transfers"];
+  EXPECT_EQ(moved_bytes, json["h2d_bytes"].get<std::uint64_t>());
+}
+
+TEST_F(Cli, SeveralFramesToPngMakeAContactSheet) {
+  auto args = generate_args("sheet.png");
+  args.push_back("--quiet");
+  const auto r = run_omni(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  // 5 frames (the default) in a 3 × 2 grid.
+  const auto png =
+      omni::io::decode_png(omni::testing::read_text_file((dir_ / "sheet.png").string()));
+  EXPECT_EQ(png.sizes(), (std::vector<std::int64_t>{2 * 48, 3 * 64, 3}));
+}
+
+TEST_F(Cli, BadInputsFailWithOneLine) {
+  auto with = [&](const std::map<std::string, std::string>& overrides) {
+    return run_omni(generate_args("bad.png", overrides));
+  };
+  expect_one_line_error(with({{"--size", "30x30"}}), "multiple of 16");
+  expect_one_line_error(with({{"--device", "gpu"}}), "gpu");
+  expect_one_line_error(with({{"--num-frames", "4"}}), "num_frames");
+  expect_one_line_error(with({{"--prompt", ""}}), "prompt");
+  expect_one_line_error(with({{"--output", (dir_ / "bad.gif").string()}}), ".gif");
+  expect_one_line_error(run_omni({"generate", "example:nope", "--prompt", "x"}), "example:nope");
+  expect_one_line_error(run_omni({"generate", (dir_ / "missing").string(), "--prompt", "x"}),
+                        "missing");
+  EXPECT_FALSE(fs::exists(dir_ / "bad.png"));
+  EXPECT_FALSE(fs::exists(dir_ / "bad.gif"));
+}
+
+TEST_F(Cli, InspectTheBuiltInExample) {
+  const auto r = run_omni({"inspect", "example:wan-shaped"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* text : {"text_encoder", "transformer_2", "encoder", "dit", "vae", "F32",
+                           "with model-level offload", "without offload"})
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << " in\n" << r.out;
+
+  const auto j = run_omni({"inspect", "example:wan-shaped", "--json", "-"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const auto json = nlohmann::json::parse(j.out);
+  EXPECT_EQ(json["components"].size(), 4u);
+  EXPECT_LT(json["planned_peak_with_offload_bytes"].get<std::uint64_t>(),
+            json["planned_peak_without_offload_bytes"].get<std::uint64_t>());
+
+  expect_one_line_error(run_omni({"inspect", "example:nope"}), "example:nope");
+  expect_one_line_error(run_omni({"inspect", (dir_ / "missing").string()}), "missing");
+}
+
+#if OMNI_WITH_VIDEO
+
+struct Probe {
+  int frames = 0;
+  int width = 0;
+  int height = 0;
+  std::string codec;
+};
+
+// Decodes every frame of the file's video stream with FFmpeg's own decoder.
+Probe probe_video(const fs::path& path) {
+  Probe p;
+  AVFormatContext* format = nullptr;
+  if (avformat_open_input(&format, path.c_str(), nullptr, nullptr) < 0) return p;
+  avformat_find_stream_info(format, nullptr);
+  const AVCodec* decoder = nullptr;
+  const int index = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, &decoder, 0);
+  if (index >= 0 && decoder != nullptr) {
+    p.codec = avcodec_get_name(format->streams[index]->codecpar->codec_id);
+    AVCodecContext* codec = avcodec_alloc_context3(decoder);
+    avcodec_parameters_to_context(codec, format->streams[index]->codecpar);
+    avcodec_open2(codec, decoder, nullptr);
+    AVPacket* packet = av_packet_alloc();
+    AVFrame* frame = av_frame_alloc();
+    auto drain = [&] {
+      while (avcodec_receive_frame(codec, frame) >= 0) {
+        ++p.frames;
+        p.width = frame->width;
+        p.height = frame->height;
+        av_frame_unref(frame);
+      }
+    };
+    while (av_read_frame(format, packet) >= 0) {
+      if (packet->stream_index == index && avcodec_send_packet(codec, packet) >= 0) drain();
+      av_packet_unref(packet);
+    }
+    avcodec_send_packet(codec, nullptr);
+    drain();
+    av_frame_free(&frame);
+    av_packet_free(&packet);
+    avcodec_free_context(&codec);
+  }
+  avformat_close_input(&format);
+  return p;
+}
+
+TEST_F(Cli, GenerateWritesAnMp4) {
+  auto args = generate_args("clip.mp4");
+  args.push_back("--enable-cpu-offload");
+  const auto r = run_omni(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto p = probe_video(dir_ / "clip.mp4");
+  EXPECT_EQ(p.codec, "h264");
+  EXPECT_EQ(p.frames, 5);
+  EXPECT_EQ(p.width, 64);
+  EXPECT_EQ(p.height, 48);
+}
+
+#else
+
+TEST_F(Cli, Mp4WithoutVideoSupportIsAOneLineError) {
+  expect_one_line_error(run_omni(generate_args("clip.mp4")), "OMNI_WITH_VIDEO");
+}
+
+#endif
+
+}  // namespace
