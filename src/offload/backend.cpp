@@ -157,10 +157,29 @@ void OffloadBackend::install_hook(Component& c) {
       c.resolved.module->register_forward_pre_hook([this, name](nn::Module&) { activate(name); }));
 }
 
+namespace {
+// Undoes a slot's rebinding: `live` gets a private copy of its home's values
+// where it was before. Never throws: out of host memory while undoing, it is
+// left on the home itself, which holds the same values and stays valid.
+void restore(TensorSlot& slot) noexcept {
+  if (!slot.home.defined()) return;
+  try {
+    rebind(slot.live, slot.origin.is_cpu() ? slot.home.clone() : slot.home.to(slot.origin));
+  } catch (...) {
+    rebind(slot.live, slot.home);
+  }
+}
+}  // namespace
+
 void OffloadBackend::rollback() noexcept {
   for (auto& c : components_) c.hooks.clear();
-  for (auto& [live, original] : originals_) rebind(live, original);
-  originals_.clear();
+  // Every tensor that has a home was rebound to it (or to a device copy of
+  // it): give it back a private copy where it was. Tensors without a home
+  // were never touched.
+  for (auto& c : components_) {
+    if (!c.home) continue;
+    for (auto& slot : c.home->slots()) restore(slot);
+  }
   for (auto& c : components_) {
     for (auto& b : c.buffers) device_.retire(b);
     c.buffers.clear();
@@ -169,6 +188,8 @@ void OffloadBackend::rollback() noexcept {
   ledger_ = ResidencyLedger(false);
   transfers_.clear();
   pending_.clear();
+  timed_transfers_ = 0;
+  earlier_h2d_bytes_ = earlier_d2h_bytes_ = 0;
   noop_ = false;
 }
 
@@ -187,18 +208,26 @@ void OffloadBackend::adopt(const std::vector<ResolvedComponent>& resolved) {
     components_.push_back(std::move(c));
   }
   if (noop_) return;
-  // Homes: one host copy per tensor, pinned in chunks. Modules untouched.
+  // Homes: one host copy per tensor, pinned in chunks. Each tensor is pointed
+  // at its offloaded view as soon as its home holds the data, which releases
+  // the original: host memory peaks at the weights plus one tensor, not twice
+  // the weights. rollback() restores from the homes.
   HostHomeOptions home_options{options_.pin_memory, options_.max_pin_chunk_bytes};
+  auto point_at_home = [this](TensorSlot& slot) {
+    rebind(slot.live, device_.offloaded_view(slot.home));
+  };
   for (std::size_t i = first; i < components_.size(); ++i) {
     auto& c = components_[i];
-    c.home =
-        HostHome::build(c.resolved.path, *c.resolved.module, device_, home_options, &pin_refused_);
-  }
-  // Point every tensor at its offloaded view, remembering the originals.
-  for (std::size_t i = first; i < components_.size(); ++i) {
-    for (auto& slot : components_[i].home->slots()) {
-      originals_.emplace_back(slot.live, slot.live.detach());
-      rebind(slot.live, device_.offloaded_view(slot.home));
+    std::vector<TensorSlot> rebound;  // of this component, until its home is complete
+    try {
+      c.home = HostHome::build(c.resolved.path, *c.resolved.module, device_, home_options,
+                               &pin_refused_, [&](TensorSlot& slot) {
+                                 point_at_home(slot);
+                                 rebound.push_back(slot);
+                               });
+    } catch (...) {
+      for (auto& slot : rebound) restore(slot);
+      throw;
     }
   }
 }
@@ -246,7 +275,6 @@ void OffloadBackend::register_split_components(const std::vector<NamedModule>& e
   if (noop_) return;
   for (auto& c : components_)
     if (c.resolved.role == Role::resident) upload(c);
-  drop_static_homes();
 }
 
 void OffloadBackend::enable(torch::nn::Module& root, const ComponentSpec& spec) {
@@ -294,14 +322,13 @@ void OffloadBackend::enable(torch::nn::Module& root, const ComponentSpec& spec) 
       adopt(resolved);
       if (!noop_) {
         install(components_);  // upload statics, install hooks
-        drop_static_homes();
       }
     } catch (...) {
       rollback();
       throw;
     }
   }
-  originals_.clear();  // committed: the original tensors are released
+  if (!noop_) drop_static_homes();  // committed: homes of never-swapped components go
   root_ = &root;
   enabled_ = true;
   begin_request();
@@ -336,17 +363,22 @@ void AllResidentBackend::install(std::vector<Component>& components) {
 void OffloadBackend::resolve_timings() {
   for (auto& [index, timer] : pending_) transfers_[index].seconds = timer->seconds();
   pending_.clear();
-  for (auto& c : components_) {
-    double seconds = 0;
-    for (const auto& t : transfers_)
-      if (t.component == c.resolved.path && t.direction == Direction::h2d) seconds += t.seconds;
-    c.stats.upload_seconds = seconds;
+  for (; timed_transfers_ < transfers_.size(); ++timed_transfers_) {
+    const auto& t = transfers_[timed_transfers_];
+    if (t.direction != Direction::h2d) continue;
+    for (auto& c : components_)
+      if (c.resolved.path == t.component) c.stats.upload_seconds += t.seconds;
   }
 }
 
 void OffloadBackend::begin_request() {
   resolve_timings();
-  request_first_transfer_ = transfers_.size();
+  // Only the running request's transfers are listed; earlier ones live on
+  // in the totals, so a long-running server does not accumulate them.
+  for (const auto& t : transfers_)
+    (t.direction == Direction::h2d ? earlier_h2d_bytes_ : earlier_d2h_bytes_) += t.bytes;
+  transfers_.clear();
+  timed_transfers_ = 0;
   request_start_stats_.clear();
   for (const auto& c : components_) request_start_stats_.push_back(c.stats);
   ledger_.reset_peak();
@@ -369,9 +401,11 @@ OffloadReport OffloadBackend::build_report(bool per_request) {
       r.pageable_host_bytes += c.home->pageable_bytes();
     }
   }
-  const std::size_t first = per_request ? request_first_transfer_ : 0;
-  for (std::size_t i = first; i < transfers_.size(); ++i) {
-    const auto& t = transfers_[i];
+  if (!per_request) {
+    r.h2d_bytes = earlier_h2d_bytes_;
+    r.d2h_bytes = earlier_d2h_bytes_;
+  }
+  for (const auto& t : transfers_) {
     (t.direction == Direction::h2d ? r.h2d_bytes : r.d2h_bytes) += t.bytes;
     r.transfers.push_back(t);
   }

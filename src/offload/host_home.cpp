@@ -100,7 +100,8 @@ std::uint64_t HostRegion::pinned_bytes() const {
 
 std::unique_ptr<HostHome> HostHome::build(const std::string& component, torch::nn::Module& module,
                                           device::Device& device, const HostHomeOptions& options,
-                                          bool* pin_refused) {
+                                          bool* pin_refused,
+                                          const std::function<void(TensorSlot&)>& on_copied) {
   auto home = std::unique_ptr<HostHome>(new HostHome());
   home->component_ = component;
   const auto entries = unique_tensors(module);
@@ -110,9 +111,12 @@ std::unique_ptr<HostHome> HostHome::build(const std::string& component, torch::n
       if (!home->groups_.empty()) home->groups_.back().end = offset;
       home->groups_.push_back({e.group, offset, offset, {}});
     }
+    OMNI_CHECK(!device::is_unusable_placeholder(e.tensor), ConfigError, component, ": tensor '",
+               e.name, "' is not materialised (offloaded by another backend?)");
     TensorSlot slot;
     slot.name = e.name;
     slot.live = e.tensor;
+    slot.origin = e.tensor.device();
     slot.offset = offset;
     slot.bytes = static_cast<std::size_t>(e.tensor.numel()) * e.tensor.element_size();
     home->payload_bytes_ += slot.bytes;
@@ -126,13 +130,14 @@ std::unique_ptr<HostHome> HostHome::build(const std::string& component, torch::n
   auto region = home->region_;
   for (auto& slot : home->slots_) {
     const auto& src = slot.live;
-    OMNI_CHECK(!device::is_unusable_placeholder(src), ConfigError, component, ": tensor '",
-               slot.name, "' is not materialised (offloaded by another backend?)");
-    auto host = src.device().is_cpu() ? src.contiguous() : src.to(torch::kCPU).contiguous();
-    if (slot.bytes) std::memcpy(region->data() + slot.offset, host.data_ptr(), slot.bytes);
+    {
+      auto host = src.device().is_cpu() ? src.contiguous() : src.to(torch::kCPU).contiguous();
+      if (slot.bytes) std::memcpy(region->data() + slot.offset, host.data_ptr(), slot.bytes);
+    }
     slot.home = torch::from_blob(
         region->data() + slot.offset, src.sizes(), [region](void*) {},
         torch::TensorOptions().dtype(src.scalar_type()));
+    if (on_copied) on_copied(slot);
   }
   return home;
 }

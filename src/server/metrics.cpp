@@ -15,12 +15,19 @@ OffloadFigures OffloadFigures::from_report(const offload::OffloadReport& report)
   f.planned_peak_bytes = report.planned_peak_bytes;
   f.pinned_host_bytes = report.pinned_host_bytes;
   f.pageable_host_bytes = report.pageable_host_bytes;
+  // Host→device totals come from the components' counters (the report lists
+  // only the latest request's transfers); device→host from the transfers,
+  // which model-level offload never makes.
   for (const auto& c : report.components) {
     f.components[c.name] = {std::string(offload::to_string(c.role)), c.bytes};
-    for (const auto d : {offload::Direction::h2d, offload::Direction::d2h})
-      f.flows[{c.name, std::string(offload::to_string(d))}];
+    auto& up = f.flows[{c.name, std::string(offload::to_string(offload::Direction::h2d))}];
+    up.bytes = c.upload_bytes;
+    up.seconds = c.upload_seconds;
+    up.count = c.uploads;
+    f.flows[{c.name, std::string(offload::to_string(offload::Direction::d2h))}];
   }
   for (const auto& t : report.transfers) {
+    if (t.direction != offload::Direction::d2h) continue;
     auto& flow = f.flows[{t.component, std::string(offload::to_string(t.direction))}];
     flow.bytes += t.bytes;
     flow.seconds += t.seconds;

@@ -157,9 +157,6 @@ json library_error_body(const httplib::Request& req, int status, const Service& 
 // ---------------------------------------------------------------------------
 // Running on the engine's thread
 
-// Publishes the engine's offload figures; engine thread. Jobs do it before
-// they deliver their result, so a client that got its answer finds the
-// figures of its request in its next /metrics.
 // 503 (with Retry-After, from reply_error) when the queue refused a job.
 void throw_unless_accepted(const Service& s, SubmitResult submitted) {
   switch (submitted) {
@@ -174,6 +171,9 @@ void throw_unless_accepted(const Service& s, SubmitResult submitted) {
   }
 }
 
+// Publishes the engine's offload figures; engine thread. Jobs do it before
+// they deliver their result, so a client that got its answer finds the
+// figures of its request in its next /metrics.
 void publish_figures(Service& s, Omni& engine) noexcept {
   try {
     s.metrics.publish_offload(OffloadFigures::from_report(engine.offload_report()));

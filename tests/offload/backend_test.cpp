@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "offload/toy_pipeline.h"
 #include "omni/error.h"
 #include "omni/omni.h"
@@ -216,6 +218,47 @@ TEST(ModelLevelOffload, UploadFailingHalfWayRollsEnableBack) {
   // The fault fired once: enabling again works.
   backend.enable(p, toy::spec({"transformer"}, {"text_encoder"}));
   EXPECT_TRUE(backend.enabled());
+}
+
+// Host memory never holds the weights twice: each original is released as
+// soon as its home holds the data, not at the end of enable().
+TEST(ModelLevelOffload, EnableLeavesNoOriginalTensorAlive) {
+  toy::ToyPipeline p({"text_encoder"}, {"transformer", "transformer_2"});
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> originals;
+  std::vector<torch::nn::Module*> components = {p.encoders.at("text_encoder").get(),
+                                                p.dits.at("transformer").get(),
+                                                p.dits.at("transformer_2").get(), p.vae.get()};
+  for (auto* m : components)
+    for (auto& t : m->parameters()) originals.push_back(t.storage().getWeakStorageImpl());
+  ASSERT_EQ(originals.size(), 2u * 2 + 2 * (3u * 2) + 1u * 2);  // weight + bias per Linear
+  auto device = sim();
+  offload::ModelLevelOffloadBackend backend(*device);
+  backend.enable(p, toy::spec({"transformer", "transformer_2"}, {"text_encoder"}));
+  for (const auto& w : originals) EXPECT_TRUE(w.expired()) << "an original storage is still alive";
+}
+
+// After a failed enable every tensor owns its values again: nothing aliases
+// the homes of the abandoned backend, so changing one changes nothing else.
+TEST(ModelLevelOffload, RollbackLeavesPrivateCopiesWhereTheTensorsWere) {
+  toy::ToyPipeline p({"text_encoder"}, {"transformer"});
+  auto before = snapshot(p);
+  device::DeviceOptions options;
+  options.faults.fail_allocation_number = 1;
+  auto device = sim(options);
+  {
+    offload::ModelLevelOffloadBackend backend(*device);
+    EXPECT_THROW(backend.enable(p, toy::spec({"transformer"}, {"text_encoder"})),
+                 DeviceOutOfMemory);
+  }  // the backend (and whatever it still owned) is gone
+  EXPECT_TRUE(same(p, before));
+  std::set<const void*> storages;
+  for (auto& t : p.parameters()) {
+    EXPECT_TRUE(t.device().is_cpu());
+    EXPECT_TRUE(storages.insert(t.storage().data()).second) << "two tensors share storage";
+  }
+  torch::NoGradGuard no_grad;
+  p.parameters()[0].add_(1.0);
+  EXPECT_TRUE(torch::equal(p.parameters()[1], before[1]));
 }
 
 TEST(ModelLevelOffload, HookInstallFailureRollsEnableBack) {

@@ -54,8 +54,10 @@ TEST(Metrics, OffloadFiguresPerComponentAndDirection) {
   te.name = "text_encoder";
   te.role = offload::Role::encoder;
   te.bytes = 400;
+  te.uploads = 2;  // two requests so far
+  te.upload_bytes = 800;
+  te.upload_seconds = 0.75;
   r.components.push_back(te);
-  r.transfers.push_back({"text_encoder", offload::Direction::h2d, 400, 0.5, true});
   r.transfers.push_back({"text_encoder", offload::Direction::h2d, 400, 0.25, true});
   Metrics m;
   m.publish_offload(OffloadFigures::from_report(r));

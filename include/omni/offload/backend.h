@@ -73,7 +73,7 @@ class OffloadBackend : public SplitOffloadHost {
   // transfer timings).
   void begin_request();
   OffloadReport end_request();
-  // Everything since enable().
+  // Totals since enable(); `transfers` lists the latest request's only.
   OffloadReport report();
 
   const ResidencyLedger& ledger() const { return ledger_; }
@@ -122,7 +122,6 @@ class OffloadBackend : public SplitOffloadHost {
   OffloadReport build_report(bool per_request);
   void resolve_timings();
 
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> originals_;
   SupportsModelCpuOffload* delegate_ = nullptr;
   bool registering_ = false;
   bool enabled_ = false;
@@ -135,10 +134,14 @@ class OffloadBackend : public SplitOffloadHost {
   bool pin_refused_ = false;
   int hooks_installed_ = 0;
 
-  // Transfers since enable (timings resolved lazily; see resolve_timings).
+  // Transfers of the running request (timings resolved lazily, see
+  // resolve_timings; the first `timed_transfers_` are counted in the
+  // components' upload_seconds) and the bytes of all earlier ones.
   std::vector<Transfer> transfers_;
   std::vector<std::pair<std::size_t, std::unique_ptr<device::TransferTimer>>> pending_;
-  std::size_t request_first_transfer_ = 0;
+  std::size_t timed_transfers_ = 0;
+  std::uint64_t earlier_h2d_bytes_ = 0;
+  std::uint64_t earlier_d2h_bytes_ = 0;
   std::vector<ComponentReport> request_start_stats_;
   std::uint64_t request_peak_ = 0;
 };

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,7 +50,8 @@ class HostRegion {
 struct TensorSlot {
   std::string name;
   torch::Tensor live;
-  torch::Tensor home;  // CPU view into the region
+  torch::Tensor home;                 // CPU view into the region
+  torch::Device origin{torch::kCPU};  // where `live` was before the home was made
   std::size_t offset = 0;
   std::size_t bytes = 0;
 };
@@ -69,11 +71,16 @@ struct HostHomeOptions {
 class HostHome {
  public:
   // Copies every tensor of `module` (deduplicated by identity, so tied
-  // weights get one home) into a new region. Does not modify the module.
+  // weights get one home) into a new region. Does not modify the module
+  // itself; `on_copied`, when given, is called with each slot as soon as its
+  // home holds the data, so the caller can release the original right away
+  // and host memory never holds a second full copy of the component.
   // `pin_refused` is shared by all homes so the fallback warns once.
+  // ConfigError before anything is copied when a tensor is not materialised.
   static std::unique_ptr<HostHome> build(const std::string& component, torch::nn::Module& module,
                                          device::Device& device, const HostHomeOptions& options,
-                                         bool* pin_refused);
+                                         bool* pin_refused,
+                                         const std::function<void(TensorSlot&)>& on_copied = {});
 
   const std::string& component() const { return component_; }
   std::vector<TensorSlot>& slots() { return slots_; }
