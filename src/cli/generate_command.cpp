@@ -45,6 +45,7 @@ struct GenerateOptions {
   std::optional<int> num_frames;
   std::optional<double> guidance_scale;
   std::optional<double> guidance_scale_2;
+  std::optional<int> fps;
   std::string output = "out.png";
   bool offload = false;
   std::string device = "auto";
@@ -81,6 +82,7 @@ int generate(const GenerateOptions& o) {
   request.num_frames = o.num_frames;
   request.guidance_scale = o.guidance_scale;
   request.guidance_scale_2 = o.guidance_scale_2;
+  request.fps = o.fps;
   if (!o.size.empty()) {
     const auto [w, h] = parse_size(o.size);
     request.width = w;
@@ -129,8 +131,10 @@ void add_generate_command(CLI::App& app) {
                   "CFG scale of the high-noise expert");
   cmd->add_option("--guidance-scale-2", options->guidance_scale_2,
                   "CFG scale of the low-noise expert");
+  cmd->add_option("--fps", options->fps, "Frames per second of an .mp4 (model default if omitted)");
   cmd->add_option("--output,-o", options->output,
-                  "Output: .png (frame or contact sheet) or a pattern like frames/%03d.png")
+                  "Output: .mp4 (H.264), .png (frame or contact sheet) or a pattern like "
+                  "frames/%03d.png")
       ->capture_default_str();
   cmd->add_flag("--enable-cpu-offload", options->offload,
                 "Model-level offload: only the running component group stays on the device");

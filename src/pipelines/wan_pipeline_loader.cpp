@@ -77,6 +77,33 @@ fs::path component_file(const fs::path& folder, const std::string& name,
 
 // Runs `load`, prefixing any FormatError/ConfigError with the component's name
 // so that the message says which part of the directory is at fault.
+// Note [Constructing in the inference dtype]: torch::nn layers allocate and
+// initialise their weights in the default dtype when they are constructed.
+// Building a bfloat16 expert in float32 and converting it afterwards would
+// hold twice its final size (57 GB for one 14B expert) for nothing, since the
+// checkpoint overwrites every value; so the default dtype is the inference
+// dtype while a component is constructed. Buffers the models compute at
+// construction (RoPE tables) name their dtypes explicitly. Loading happens
+// before the engine serves, on one thread.
+class DefaultDtypeScope {
+ public:
+  explicit DefaultDtypeScope(torch::ScalarType dtype) : saved_(c10::get_default_dtype()) {
+    c10::set_default_dtype(c10::scalarTypeToTypeMeta(dtype));
+  }
+  ~DefaultDtypeScope() { c10::set_default_dtype(saved_); }
+  DefaultDtypeScope(const DefaultDtypeScope&) = delete;
+  DefaultDtypeScope& operator=(const DefaultDtypeScope&) = delete;
+
+ private:
+  caffe2::TypeMeta saved_;
+};
+
+template <typename Model, typename Config>
+Model construct_in(torch::ScalarType dtype, const Config& config) {
+  DefaultDtypeScope scope(dtype);
+  return Model(config);
+}
+
 template <typename Fn>
 auto for_component(const std::string& name, Fn&& load) {
   try {
@@ -98,7 +125,7 @@ WanTransformer3DModel load_transformer(const fs::path& folder, const std::string
                                        const WanTransformer3DConfig& config,
                                        torch::ScalarType dtype) {
   return for_component(name, [&] {
-    WanTransformer3DModel model(config);
+    auto model = construct_in<WanTransformer3DModel>(dtype, config);
     model->to_inference_dtype(dtype);  // before loading: no float32 copy of the weights
     model->load_weights(io::Checkpoint::open_dir(folder, "diffusion_pytorch_model"));
     return model;
@@ -121,7 +148,7 @@ void umt5_to_inference_dtype(UMT5EncoderModel& model, torch::ScalarType dtype) {
 UMT5EncoderModel load_text_encoder(const fs::path& folder, const UMT5Config& config,
                                    torch::ScalarType dtype) {
   return for_component("text_encoder", [&] {
-    UMT5EncoderModel model(config);
+    auto model = construct_in<UMT5EncoderModel>(dtype, config);
     umt5_to_inference_dtype(model, dtype);
     model->load_weights(io::Checkpoint::open_dir(folder, "model"));
     return model;
