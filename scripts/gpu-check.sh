@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
 # GPU check for the lent GPU machine (one H200; pip torch 2.x with CUDA; no
 # package registries). Configures a minimal CUDA build against the LibTorch
-# inside pip torch, builds it, runs `ctest -L gpu` and `omni bench offload`
-# on cuda:0 at a small and at the real scale, and leaves logs and JSON in $OUT.
+# inside pip torch, builds `omni` and the `gpu` test binary, runs `ctest -L gpu`
+# and `omni bench offload` on cuda:0 at a small and at the real scale, and
+# leaves logs and JSON in $OUT.
 #
-#   scripts/gpu-check.sh [all|build|run|test|bench-small|bench-full]   (default: all)
+#   scripts/gpu-check.sh vendor                                        (here, first)
+#   scripts/gpu-check.sh [all|build|run|test|bench-small|bench-full]   (there; default all)
+#
+# How a session runs it:
+#   1. Here (Debian, the project's packages installed): `scripts/gpu-check.sh
+#      vendor` copies what the GPU machine lacks into the git-ignored
+#      third_party/ (nlohmann-json, CLI11 and stb headers, GoogleTest sources;
+#      a few MiB) and prints the carry list. Ignored paths travel only when
+#      carried.
+#   2. One device call: run(command="scripts/gpu-check.sh all",
+#      carry=["third_party"], timeout_s=600). $OUT comes back with summary.txt,
+#      gpu-check.log, machine.txt, configure/build logs, ctest-gpu.log and
+#      bench-offload-{small,full}.{txt,json}.
 #
 # `all` does everything in one command; the full-scale benchmark then gets
 # whatever the build left of the budget. With two device commands, `build`
@@ -18,25 +31,64 @@
 #   OMNI_GPU_BUILD_DIR      build directory (default build-gpu; kept between
 #                           calls on a warm machine, so `build` then `bench-full`
 #                           works as two calls)
-#   OMNI_CMAKE_ARGS         extra configure arguments
+#   OMNI_CMAKE_ARGS         extra configure arguments (after ours: they win)
 #
 # What the machine lacks must travel with the tree: the header-only
 # nlohmann-json, CLI11 and stb are looked up under third_party/ (any layout:
 # the directory holding nlohmann/json.hpp, CLI/CLI.hpp, stb/stb_image_write.h)
 # and then under /usr/include; small CMake package shims are generated for
-# them. GoogleTest is used when the system has it or when third_party/ holds
-# its sources (built in the tree); otherwise tests are off and ctest is
-# skipped with a note. Every step has a timeout inside the budget; each
-# benchmark writes its JSON after every strategy, so a timeout keeps what ran.
+# them. GoogleTest: the sources in third_party/ when they travelled (built in
+# the tree with torch's C++ ABI), else the system's when torch uses the C++11
+# ABI; otherwise tests are off and ctest is skipped with a note. Only `omni`
+# and the gpu test binary are built. Every step has a timeout inside the
+# budget; each benchmark writes its JSON after every strategy, so a timeout
+# keeps what ran.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
 stage=${1:-all}
-case "$stage" in all | build | run | test | bench-small | bench-full) ;; *)
-  echo "usage: $0 [all|build|run|test|bench-small|bench-full]" >&2
+case "$stage" in vendor | all | build | run | test | bench-small | bench-full) ;; *)
+  echo "usage: $0 [vendor|all|build|run|test|bench-small|bench-full]" >&2
   exit 2
   ;;
 esac
+
+# --- vendor: runs on the Debian machine, before the device call ----------------
+if [ "$stage" = vendor ]; then
+  # "source destination-under-third_party Debian-package"
+  vendored=(
+    "/usr/include/nlohmann include/nlohmann nlohmann-json3-dev"
+    "/usr/include/CLI include/CLI libcli11-dev"
+    "/usr/include/stb include/stb libstb-dev"
+    "/usr/src/googletest googletest libgtest-dev"
+  )
+  for entry in "${vendored[@]}"; do
+    read -r src dst package <<<"$entry"
+    if [ ! -d "$src" ]; then
+      echo "gpu-check vendor: $src is missing; install $package (scripts/setup) and run again" >&2
+      exit 1
+    fi
+  done
+  if ! git check-ignore -q third_party/; then
+    echo "gpu-check vendor: third_party/ is not git-ignored; add /third_party/ to .gitignore" >&2
+    exit 1
+  fi
+  rm -rf third_party
+  for entry in "${vendored[@]}"; do
+    read -r src dst package <<<"$entry"
+    mkdir -p "third_party/$(dirname "$dst")"
+    cp -rL "$src" "third_party/$dst" || exit 1
+  done
+  # Not needed to build the libraries.
+  rm -rf third_party/googletest/googletest/{docs,samples,test} third_party/googletest/googlemock/{docs,test}
+  echo "gpu-check vendor: third_party/ holds $(du -sh third_party | cut -f1) in $(find third_party -type f | wc -l) files"
+  for entry in "${vendored[@]}"; do
+    read -r src dst package <<<"$entry"
+    echo "  third_party/$dst  <- $src ($package $(dpkg-query -W -f='${Version}' "$package" 2>/dev/null))"
+  done
+  echo 'device call: run(command="scripts/gpu-check.sh all", carry=["third_party"], timeout_s=600)'
+  exit 0
+fi
 
 OUT=${OUT:-$ROOT/gpu-check-out}
 mkdir -p "$OUT"
@@ -169,19 +221,17 @@ endif()
 EOF
   args+=(-Dnlohmann_json_DIR="$shims/nlohmann_json" -DCLI11_DIR="$shims/CLI11" -DOMNI_STB_INCLUDE="$stb_dir")
 
-  # GoogleTest: the system's (only when torch uses the same C++ ABI), else sources in third_party/.
+  # GoogleTest: the sources in third_party/ when they travelled (built in the
+  # tree with torch's C++ ABI), else the system's when torch uses the C++11 ABI.
   local tests=OFF gtest_src system_gtest=""
   for f in /usr/lib/*/cmake/GTest/GTestConfig.cmake /usr/lib/cmake/GTest/GTestConfig.cmake /usr/local/lib/cmake/GTest/GTestConfig.cmake; do
     if [ -f "$f" ]; then system_gtest=$f; fi
   done
-  if [ "$abi" = 1 ] && [ -n "$system_gtest" ]; then
-    tests=ON
-  else
-    gtest_src=$(find third_party -maxdepth 3 -name CMakeLists.txt -path '*googletest*' -exec grep -l 'project(googletest-distribution' {} \; 2>/dev/null | head -1)
-    if [ -n "$gtest_src" ]; then
-      gtest_src=$(cd "$(dirname "$gtest_src")" && pwd)
-      mkdir -p "$shims/GTest"
-      cat >"$shims/GTest/GTestConfig.cmake" <<EOF
+  gtest_src=$(find third_party -maxdepth 3 -name CMakeLists.txt -path '*googletest*' -exec grep -l 'project(googletest-distribution' {} \; 2>/dev/null | head -1)
+  if [ -n "$gtest_src" ]; then
+    gtest_src=$(cd "$(dirname "$gtest_src")" && pwd)
+    mkdir -p "$shims/GTest"
+    cat >"$shims/GTest/GTestConfig.cmake" <<EOF
 if(NOT TARGET GTest::gtest)
   set(CMAKE_CXX_FLAGS "\${CMAKE_CXX_FLAGS} -D_GLIBCXX_USE_CXX11_ABI=$abi")
   set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
@@ -195,11 +245,14 @@ if(NOT TARGET GTest::gtest)
 endif()
 set(GTest_FOUND TRUE)
 EOF
-      args+=(-DGTest_DIR="$shims/GTest")
-      tests=ON
-    else
-      note "NOTE tests off: no usable GoogleTest (system GTest needs torch's C++ ABI = 1, here $abi; or put googletest sources in third_party/)"
-    fi
+    args+=(-DGTest_DIR="$shims/GTest")
+    tests=ON
+    say "GoogleTest: sources in $gtest_src"
+  elif [ "$abi" = 1 ] && [ -n "$system_gtest" ]; then
+    tests=ON
+    say "GoogleTest: the system's ($system_gtest)"
+  else
+    note "NOTE tests off: no usable GoogleTest (run 'scripts/gpu-check.sh vendor' on the Debian machine and carry third_party; the system GTest needs torch's C++ ABI = 1, here $abi)"
   fi
   echo "$tests" >"$BUILD/.tests"
 
@@ -218,8 +271,9 @@ build() {
     tail -30 "$OUT/configure.log"
     return 1
   }
+  # Only what the check runs: the CLI (generate, bench) and the gpu test binary.
   local targets=(--target omni_cli)
-  if [ "$(cat "$BUILD/.tests" 2>/dev/null)" = ON ]; then targets=(); fi
+  if [ "$(cat "$BUILD/.tests" 2>/dev/null)" = ON ]; then targets+=(omni_gpu_tests); fi
   step 330 build "$OUT/build.log" cmake --build "$BUILD" -j "$(nproc)" "${targets[@]}" || {
     grep -m 20 -E 'error|Error' "$OUT/build.log"
     tail -20 "$OUT/build.log"
