@@ -11,8 +11,9 @@
 #include <limits>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "omni/error.h"
-#include "omni/io/json_config.h"
 
 namespace omni::io {
 
@@ -50,6 +51,88 @@ bool mul_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
   if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a) return true;
   *out = a * b;
   return false;
+}
+
+// Length of the valid UTF-8 sequence starting at text[i] (RFC 3629: no
+// overlong forms, no surrogates, nothing above U+10FFFF), or 0 when invalid.
+std::size_t utf8_sequence(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char c = byte(i);
+  if (c < 0x80) return 1;
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte
+  if (c >= 0xc2 && c <= 0xdf)
+    n = 2;
+  else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+  } else
+    return 0;
+  if (i + n > text.size()) return 0;
+  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
+  return n;
+}
+
+// FormatError naming the file and the byte when `text` is not UTF-8, with the
+// text just before it (which tells whose name or value it is in).
+void check_utf8(std::string_view text, const std::string& file) {
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = utf8_sequence(text, i);
+    if (n > 0) {
+      i += n;
+      continue;
+    }
+    std::size_t from = i > 40 ? i - 40 : 0;
+    while (from < i && (static_cast<unsigned char>(text[from]) & 0xc0) == 0x80) ++from;
+    std::string before(text.substr(from, i - from));
+    for (char& ch : before)
+      if (static_cast<unsigned char>(ch) < 0x20) ch = '?';
+    throw FormatError(detail::concat(file, ": header is not valid UTF-8 at byte ", 8 + i,
+                                     " (after '", before, "')"));
+  }
+}
+
+// Parses the header's JSON. A JSON object may repeat a key and the parser
+// would keep only the last one, so repeated names are caught while parsing:
+// FormatError naming the file and the tensor.
+nlohmann::json parse_header_json(std::string_view text, const std::string& file) {
+  check_utf8(text, file);
+  std::vector<std::set<std::string>> open_objects;
+  std::string tensor;  // the top-level key being parsed
+  std::string duplicate;
+  const auto on_event = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) {
+      open_objects.emplace_back();
+    } else if (event == Event::object_end) {
+      if (!open_objects.empty()) open_objects.pop_back();
+    } else if (event == Event::key && !open_objects.empty() && duplicate.empty()) {
+      const auto& key = parsed.get_ref<const std::string&>();
+      if (open_objects.size() == 1) tensor = key;
+      if (!open_objects.back().insert(key).second)
+        duplicate =
+            open_objects.size() == 1 ? detail::concat(file, ": tensor '", key, "' appears twice")
+            : tensor == "__metadata__"
+                ? detail::concat(file, ": __metadata__ key '", key, "' appears twice")
+                : detail::concat(file, ": tensor '", tensor, "': field '", key, "' appears twice");
+    }
+    return true;
+  };
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text.begin(), text.end(), on_event);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(detail::concat(file, " (safetensors header): invalid JSON: ", e.what()));
+  }
+  OMNI_CHECK(duplicate.empty(), FormatError, duplicate);
+  return json;
 }
 
 }  // namespace
@@ -104,10 +187,10 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix,
   std::string_view text(reinterpret_cast<const char*>(prefix.data() + 8), header.header_bytes);
   // The format allows trailing spaces as padding.
   while (!text.empty() && (text.back() == ' ' || text.back() == '\0')) text.remove_suffix(1);
-  nlohmann::json json = parse_json(text, file + " (safetensors header)");
+  nlohmann::json json = parse_header_json(text, file);
   OMNI_CHECK(json.is_object(), FormatError, file, ": header is not a JSON object");
 
-  std::set<std::string> names;
+  // Names are unique: parse_header_json rejects a repeated one.
   for (auto it = json.begin(); it != json.end(); ++it) {
     const std::string& name = it.key();
     const auto& value = it.value();
@@ -121,7 +204,6 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix,
       continue;
     }
     const std::string where = file + ": tensor '" + name + "'";
-    OMNI_CHECK(names.insert(name).second, FormatError, where, " appears twice");
     OMNI_CHECK(value.is_object(), FormatError, where, ": entry is not an object");
     OMNI_CHECK(value.contains("dtype") && value["dtype"].is_string(), FormatError, where,
                ": missing dtype");
@@ -136,14 +218,19 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix,
     TensorInfo info;
     info.name = name;
     info.dtype = dtype_from_string(value["dtype"].get<std::string>(), where);
+    // `extent` multiplies max(dim, 1): a shape with a zero holds no bytes, but
+    // LibTorch still computes its strides (and crashes when they overflow).
+    constexpr auto kMaxExtent = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
     std::uint64_t numel = 1;
+    std::uint64_t extent = element_size(info.dtype);
     for (const auto& d : value["shape"]) {
       OMNI_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<std::int64_t>() >= 0),
                  FormatError, where, ": shape entries must be non-negative integers");
       const auto dim = d.get<std::uint64_t>();
-      OMNI_CHECK(dim <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
-                     !mul_overflows(numel, dim, &numel),
-                 FormatError, where, ": shape overflows");
+      OMNI_CHECK(dim <= kMaxExtent && !mul_overflows(numel, dim, &numel) &&
+                     !mul_overflows(extent, std::max<std::uint64_t>(dim, 1), &extent) &&
+                     extent <= kMaxExtent,
+                 FormatError, where, ": shape overflows (its strides exceed 2^63 bytes)");
       info.shape.push_back(static_cast<std::int64_t>(dim));
     }
     for (const auto& o : value["data_offsets"])

@@ -39,7 +39,8 @@ std::string error_of(const fs::path& path) {
 }  // namespace
 
 TEST(Safetensors, ReadsFixtureWithExactKeys) {
-  auto file = SafetensorsFile::open(fs::path(OMNI_TEST_DATA) / "wan/umt5_encoder/weights.safetensors");
+  auto file =
+      SafetensorsFile::open(fs::path(OMNI_TEST_DATA) / "wan/umt5_encoder/weights.safetensors");
   EXPECT_EQ(file->tensors().size(), 23u);
   auto shared = file->view("shared.weight");
   EXPECT_EQ(shared.sizes(), (std::vector<int64_t>{100, 32}));
@@ -104,7 +105,7 @@ TEST(Safetensors, RejectsBadHeaders) {
        8, "overlaps"},
       {R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4, "non-negative"},
       {R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 8, "reversed"},
-      {"{\"w\xff\":{}}", 0, "invalid JSON"},
+      {"{\"w\xff\":{}}", 0, "not valid UTF-8"},
   };
   for (const auto& c : cases) {
     auto path = temp_path("bad.safetensors");
@@ -112,4 +113,92 @@ TEST(Safetensors, RejectsBadHeaders) {
     auto msg = error_of(path);
     EXPECT_NE(msg.find(c.expect), std::string::npos) << c.header << " → " << msg;
   }
+}
+
+// Every rejection of the hostile-input list names the file, and the tensor
+// when one is at fault; the header is parsed from the file and from memory.
+TEST(Safetensors, RejectionsNameTheFileAndTheTensor) {
+  struct Case {
+    const char* what;
+    std::string header;
+    std::size_t data;
+    std::string expect;
+    std::string tensor;  // empty: no tensor is at fault
+  };
+  const std::vector<Case> cases = {
+      {"offsets out of range", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8,
+       "run past the data section (8 bytes)", "w"},
+      {"overlapping",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       12, "overlaps tensor 'a'", "b"},
+      {"byte size mismatch", R"({"w":{"dtype":"BF16","shape":[3],"data_offsets":[0,4]}})", 4,
+       "holds 4 bytes but BF16 × shape needs 6", "w"},
+      {"unknown dtype", R"({"w":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", 2,
+       "unknown dtype 'F8_E4M3'", "w"},
+      {"duplicate name",
+       R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"w":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+       2, "appears twice", "w"},
+      {"duplicate field", R"({"w":{"dtype":"U8","shape":[1],"dtype":"F32","data_offsets":[0,1]}})",
+       1, "field 'dtype' appears twice", "w"},
+      {"non-UTF-8 name", "{\"w\xff\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+       "not valid UTF-8 at byte 11 (after '{\"w')", ""},
+      {"non-UTF-8 overlong",
+       "{\"w\":{\"dtype\":\"U8\xc0\xae\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+       "not valid UTF-8 at byte 25 (after '{\"w\":{\"dtype\":\"U8')", ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto path = temp_path("hostile.safetensors");
+    write_raw(path, c.header, c.data);
+    const auto msg = error_of(path);
+    EXPECT_NE(msg.find(path.string() + ":"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
+    if (!c.tensor.empty())
+      EXPECT_NE(msg.find("tensor '" + c.tensor + "'"), std::string::npos) << msg;
+    // read_safetensors_header (omni inspect) rejects it the same way.
+    try {
+      read_safetensors_header(path);
+      ADD_FAILURE() << "read_safetensors_header accepted it";
+    } catch (const FormatError& e) {
+      EXPECT_EQ(std::string(e.what()), msg);
+    }
+  }
+}
+
+TEST(Safetensors, RejectsAbsurdHeaderLengthWithoutAllocating) {
+  auto path = temp_path("absurd.safetensors");
+  {
+    std::ofstream out(path, std::ios::binary);
+    const std::uint64_t n = 1ull << 62;
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+    out << "{}";
+  }
+  const auto msg = error_of(path);
+  EXPECT_NE(msg.find(path.string() + ": header length 4611686018427387904 exceeds the limit"),
+            std::string::npos)
+      << msg;
+  try {
+    read_safetensors_header(path);
+    ADD_FAILURE() << "read_safetensors_header accepted it";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds the limit"), std::string::npos) << e.what();
+  }
+}
+
+// Found by fuzz/safetensors_fuzz.cpp: a zero in the shape made the byte size
+// 0 and passed every check, but LibTorch overflowed computing the other
+// dimensions' strides and crashed (SEGV) on the view's first use.
+TEST(Safetensors, RejectsZeroSizedShapeWhoseStridesOverflow) {
+  auto path = temp_path("strides.safetensors");
+  write_raw(path,
+            R"({"w":{"dtype":"F32","shape":[0,4611686018423693951,4611686018427387903],)"
+            R"("data_offsets":[0,0]}})",
+            0);
+  const auto msg = error_of(path);
+  EXPECT_NE(msg.find(path.string() + ": tensor 'w': shape overflows"), std::string::npos) << msg;
+
+  // A zero-sized tensor whose strides fit is fine.
+  write_raw(path, R"({"w":{"dtype":"F32","shape":[0,1048576,4096],"data_offsets":[0,0]}})", 0);
+  auto file = SafetensorsFile::open(path);
+  EXPECT_EQ(file->view("w").clone().sizes(), (std::vector<std::int64_t>{0, 1048576, 4096}));
 }

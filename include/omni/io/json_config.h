@@ -5,10 +5,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "omni/error.h"
@@ -67,13 +70,48 @@ class ConfigReader {
  private:
   template <typename T>
   T convert(const std::string& key) const {
+    const auto& value = config_.at(key);
+    if (const std::string why = lossy_conversion<T>(value); !why.empty())
+      throw ConfigError(detail::concat(source_, ": field '", key, "' has the wrong type (",
+                                       value.type_name(), "): ", why, ", got ", value.dump()));
     try {
-      return config_.at(key).get<T>();
+      return value.get<T>();
     } catch (const nlohmann::json::exception& e) {
       throw ConfigError(detail::concat(source_, ": field '", key, "' has the wrong type (",
-                                       config_.at(key).type_name(), "): ", e.what()));
+                                       value.type_name(), "): ", e.what()));
     }
   }
+
+  // Why `value` cannot become a T exactly ("" when it can). nlohmann's get<T>()
+  // converts between booleans, integers and floats silently, truncating 2.5
+  // to 2, and a float outside an integer's range is undefined behaviour.
+  template <typename T>
+  static std::string lossy_conversion(const nlohmann::json& value) {
+    if constexpr (std::is_same_v<T, bool>) {
+      return value.is_boolean() ? "" : "expected true or false";
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!value.is_number_integer()) return "expected an integer";
+      const bool fits = value.is_number_unsigned()
+                            ? std::in_range<T>(value.get<std::uint64_t>())
+                            : std::in_range<T>(value.get<std::int64_t>());
+      return fits ? "" : "integer out of range";
+    } else if constexpr (std::is_floating_point_v<T>) {
+      return value.is_number() ? "" : "expected a number";
+    } else if constexpr (is_vector<T>::value) {
+      if (!value.is_array()) return "expected an array";
+      for (std::size_t i = 0; i < value.size(); ++i)
+        if (std::string why = lossy_conversion<typename T::value_type>(value[i]); !why.empty())
+          return detail::concat("entry ", i, ": ", why);
+      return "";
+    } else {
+      return "";  // strings, objects: nlohmann's own type checks are exact
+    }
+  }
+
+  template <typename T>
+  struct is_vector : std::false_type {};
+  template <typename E, typename A>
+  struct is_vector<std::vector<E, A>> : std::true_type {};
 
   const nlohmann::json& config_;
   std::string source_;

@@ -54,9 +54,11 @@ inline constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;
 // Validates and parses a header. `prefix` holds at least the first 8 + N bytes
 // of the file (or the whole file); `file_size` is the file's real size.
 // FormatError naming `file_label` (and the tensor, where one is at fault) on:
-// header length beyond the file or above kMaxHeaderBytes, invalid JSON or
-// UTF-8, unknown dtype, bad shape, byte size ≠ dtype × shape, offsets out of
-// range, overlapping or with gaps, duplicate names.
+// header length beyond the file or above kMaxHeaderBytes, invalid JSON,
+// invalid UTF-8 (with the byte offset), unknown dtype, bad shape, byte size ≠
+// dtype × shape, offsets out of range or overlapping, duplicate names (which
+// a JSON parser would otherwise silently merge). Gaps between tensors are
+// allowed: nothing is read from them.
 SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix,
                                            std::uint64_t file_size, const std::string& file_label);
 
