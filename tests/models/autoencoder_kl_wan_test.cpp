@@ -323,3 +323,17 @@ TEST(AutoencoderKLWan, CheckpointErrorsNameTheTensor) {
   EXPECT_CONTAINS(msg, "shape mismatch for tensor '" + victim + "'");
   EXPECT_CONTAINS(msg, "[32, 16, 1, 1, 1]");
 }
+
+// Found by fuzz/config_fuzz.cpp: parameter_count() of a config with huge
+// sizes overflowed int64 (undefined behaviour); it is a ConfigError now.
+TEST(AutoencoderKLWan, ParameterCountRejectsSizesThatOverflow) {
+  auto json = fixture_config();
+  json["base_dim"] = 1ll << 62;
+  const auto config = AutoencoderKLWanConfig::from_json(json, "vae/config.json");
+  try {
+    AutoencoderKLWanImpl::parameter_count(config);
+    FAIL() << "expected a ConfigError";
+  } catch (const omni::ConfigError& e) {
+    EXPECT_CONTAINS(e.what(), "AutoencoderKLWan config: the sizes imply about");
+  }
+}

@@ -373,3 +373,22 @@ TEST(UMT5EncoderModel, ParameterCountArithmetic) {
   EXPECT_EQ(UMT5EncoderModelImpl::parameter_count(UMT5Config::from_file(kFixture / "config.json")),
             stored - 100 * 32);
 }
+
+// Found by fuzz/config_fuzz.cpp (as for WanTransformer3DConfig): products of
+// sizes that overflow int64 are a ConfigError, not undefined behaviour.
+TEST(UMT5Config, SizesWhoseProductsOverflowAreRejected) {
+  const auto json = omni::io::read_json_file(kFixture / "config.json");
+  auto heads = json;
+  heads["num_heads"] = 1ll << 40;
+  heads["d_kv"] = 1ll << 40;
+  const auto msg = config_error(heads);
+  EXPECT_NE(msg.find("'num_heads' (1099511627776) × 'd_kv' (1099511627776) overflow"),
+            std::string::npos)
+      << msg;
+
+  auto wide = json;
+  wide["vocab_size"] = 1ll << 40;
+  wide["d_model"] = 1ll << 40;
+  const auto c = UMT5Config::from_json(wide, "test/config.json");
+  EXPECT_THROW(UMT5EncoderModelImpl::parameter_count(c), omni::ConfigError);
+}

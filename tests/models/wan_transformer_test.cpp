@@ -427,3 +427,30 @@ TEST(WanTransformer3DModel, ChunkedAttentionEqualsOneShotSoftmax) {
     EXPECT_LE(max_abs_diff(dispatched, expected), 1e-10);
   }
 }
+
+// Found by fuzz/config_fuzz.cpp: sizes whose products overflow int64 were
+// undefined behaviour in inner_dim() and parameter_count(), which omni
+// inspect runs on any directory's config.
+TEST(WanTransformer3DConfig, SizesWhoseProductsOverflowAreRejected) {
+  const auto json = omni::io::read_json_file(kFixture / "config.json");
+  auto heads = json;
+  heads["num_attention_heads"] = 1ll << 40;
+  heads["attention_head_dim"] = 1ll << 40;
+  const auto msg = config_error(heads);
+  EXPECT_NE(msg.find("'num_attention_heads' (1099511627776) × 'attention_head_dim' "
+                     "(1099511627776) overflow"),
+            std::string::npos)
+      << msg;
+
+  auto deep = json;  // every size valid on its own, the count too large
+  deep["num_layers"] = 1ll << 40;
+  deep["ffn_dim"] = 1ll << 40;
+  const auto c = WanTransformer3DConfig::from_json(deep, "test/config.json");
+  try {
+    WanTransformer3DModelImpl::parameter_count(c);
+    FAIL() << "expected a ConfigError";
+  } catch (const omni::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than omni can count"), std::string::npos)
+        << e.what();
+  }
+}

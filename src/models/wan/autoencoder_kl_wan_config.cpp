@@ -1,6 +1,7 @@
 // AutoencoderKLWanConfig: strict parsing, validation and the arithmetic parameter count.
 #include <algorithm>
 
+#include "models/wan/parameter_count.h"
 #include "omni/error.h"
 #include "omni/io/json_config.h"
 #include "omni/models/wan/autoencoder_kl_wan.h"
@@ -113,62 +114,73 @@ void AutoencoderKLWanConfig::validate() const {
 
 namespace {
 
-// Parameter counts of the blocks, mirroring the module constructors.
-std::int64_t conv(std::int64_t in, std::int64_t out, std::int64_t kernel_volume) {
+// Parameter counts of the blocks, mirroring the module constructors, in N
+// (Note [Counting parameters without overflow], parameter_count.h).
+template <typename N>
+N conv(N in, N out, N kernel_volume) {
   return out * in * kernel_volume + out;
 }
 
-std::int64_t residual_block(std::int64_t in, std::int64_t out) {
-  return in + conv(in, out, 27) + out + conv(out, out, 27) + (in != out ? conv(in, out, 1) : 0);
+template <typename N>
+N residual_block(N in, N out) {
+  return in + conv<N>(in, out, 27) + out + conv<N>(out, out, 27) +
+         (in != out ? conv<N>(in, out, 1) : N(0));
 }
 
-std::int64_t attention_block(std::int64_t dim) {
-  return dim + conv(dim, 3 * dim, 1) + conv(dim, dim, 1);
+template <typename N>
+N attention_block(N dim) {
+  return dim + conv<N>(dim, 3 * dim, 1) + conv<N>(dim, dim, 1);
 }
 
-std::int64_t mid_block(std::int64_t dim) {
-  return 2 * residual_block(dim, dim) + attention_block(dim);
+template <typename N>
+N mid_block(N dim) {
+  return 2 * residual_block<N>(dim, dim) + attention_block<N>(dim);
 }
 
 }  // namespace
 
 std::int64_t AutoencoderKLWanImpl::parameter_count(const AutoencoderKLWanConfig& config) {
   config.validate();
-  const auto& mult = config.dim_mult;
-  const auto levels = static_cast<std::int64_t>(mult.size());
-  const std::int64_t z = config.z_dim;
-  std::int64_t total = 0;
+  return internal::count_parameters("AutoencoderKLWan", [&config](auto zero) {
+    using N = decltype(zero);
+    const auto& mult = config.dim_mult;
+    const auto levels = static_cast<std::int64_t>(mult.size());
+    const N z = N(config.z_dim);
+    const N res_blocks = N(config.num_res_blocks);
+    N total = 0;
 
-  // Encoder: dims = base·[1, mult...].
-  const std::int64_t base = config.base_dim;
-  std::int64_t dim = base;
-  total += conv(config.in_channels, dim, 27);
-  for (std::int64_t i = 0; i < levels; ++i) {
-    const std::int64_t out = base * mult[i];
-    total += residual_block(dim, out) + (config.num_res_blocks - 1) * residual_block(out, out);
-    dim = out;
-    if (i != levels - 1)
-      total += conv(dim, dim, 9) + (config.temperal_downsample[i] ? conv(dim, dim, 3) : 0);
-  }
-  total += mid_block(dim) + dim + conv(dim, 2 * z, 27);
+    // Encoder: dims = base·[1, mult...].
+    const N base = N(config.base_dim);
+    N dim = base;
+    total += conv<N>(N(config.in_channels), dim, 27);
+    for (std::int64_t i = 0; i < levels; ++i) {
+      const N out = base * N(mult[i]);
+      total += residual_block<N>(dim, out) + (res_blocks - 1) * residual_block<N>(out, out);
+      dim = out;
+      if (i != levels - 1)
+        total += conv<N>(dim, dim, 9) + (config.temperal_downsample[i] ? conv<N>(dim, dim, 3) : N(0));
+    }
+    total += mid_block<N>(dim) + dim + conv<N>(dim, 2 * z, 27);
 
-  total += conv(2 * z, 2 * z, 1) + conv(z, z, 1);  // quant_conv, post_quant_conv
+    total += conv<N>(2 * z, 2 * z, 1) + conv<N>(z, z, 1);  // quant_conv, post_quant_conv
 
-  // Decoder: dims = base·[mult[-1], reversed mult...]; stages after the first take
-  // the halved channels of the previous upsampler.
-  const std::int64_t dbase = config.decoder_dim();
-  const auto upsample = config.temperal_upsample();
-  dim = dbase * mult.back();
-  total += conv(z, dim, 27) + mid_block(dim);
-  for (std::int64_t i = 0; i < levels; ++i) {
-    const std::int64_t in = i == 0 ? dim : dim / 2;
-    const std::int64_t out = dbase * mult[levels - 1 - i];
-    total += residual_block(in, out) + config.num_res_blocks * residual_block(out, out);
-    if (i != levels - 1) total += conv(out, out / 2, 9) + (upsample[i] ? conv(out, 2 * out, 3) : 0);
-    dim = out;
-  }
-  total += dim + conv(dim, config.out_channels, 27);
-  return total;
+    // Decoder: dims = base·[mult[-1], reversed mult...]; stages after the first take
+    // the halved channels of the previous upsampler.
+    const N dbase = N(config.decoder_dim());
+    const auto upsample = config.temperal_upsample();
+    dim = dbase * N(mult.back());
+    total += conv<N>(z, dim, 27) + mid_block<N>(dim);
+    for (std::int64_t i = 0; i < levels; ++i) {
+      const N in = i == 0 ? dim : dim / 2;
+      const N out = dbase * N(mult[levels - 1 - i]);
+      total += residual_block<N>(in, out) + res_blocks * residual_block<N>(out, out);
+      if (i != levels - 1)
+        total += conv<N>(out, out / 2, 9) + (upsample[i] ? conv<N>(out, 2 * out, 3) : N(0));
+      dim = out;
+    }
+    total += dim + conv<N>(dim, N(config.out_channels), 27);
+    return total;
+  });
 }
 
 }  // namespace omni::models::wan

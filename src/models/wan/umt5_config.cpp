@@ -85,6 +85,9 @@ void UMT5Config::validate() const {
   positive("num_layers", num_layers);
   positive("num_heads", num_heads);
   positive("relative_attention_max_distance", relative_attention_max_distance);
+  std::int64_t inner = 0;
+  OMNI_CHECK(!__builtin_mul_overflow(num_heads, d_kv, &inner), ConfigError, "fields 'num_heads' (",
+             num_heads, ") × 'd_kv' (", d_kv, ") overflow");
   // Bidirectional buckets: half per direction, and half of those exact, so at
   // least 4 are needed for the logarithmic part to exist.
   OMNI_CHECK(relative_attention_num_buckets >= 4, ConfigError,

@@ -3,6 +3,7 @@
 
 #include <limits>
 
+#include "models/wan/parameter_count.h"
 #include "omni/error.h"
 #include "omni/models/wan/umt5_encoder.h"
 
@@ -96,12 +97,17 @@ void UMT5EncoderModelImpl::load_weights(const io::Checkpoint& checkpoint,
 
 std::int64_t UMT5EncoderModelImpl::parameter_count(const UMT5Config& c) {
   c.validate();
-  const std::int64_t inner = c.inner_dim();
-  const std::int64_t attention =
-      4 * c.d_model * inner + c.relative_attention_num_buckets * c.num_heads;
-  const std::int64_t ffn = (c.is_gated_act ? 3 : 2) * c.d_model * c.d_ff;
-  const std::int64_t block = attention + ffn + 2 * c.d_model;  // + two layer norms
-  return c.vocab_size * c.d_model + c.num_layers * block + c.d_model;
+  // Note [Counting parameters without overflow] (parameter_count.h).
+  return internal::count_parameters("UMT5EncoderModel", [&c](auto zero) {
+    using N = decltype(zero);
+    const N d_model = N(c.d_model);
+    const N inner = N(c.num_heads) * N(c.d_kv);
+    const N attention =
+        4 * d_model * inner + N(c.relative_attention_num_buckets) * N(c.num_heads);
+    const N ffn = N(c.is_gated_act ? 3 : 2) * d_model * N(c.d_ff);
+    const N block = attention + ffn + 2 * d_model;  // + two layer norms
+    return N(c.vocab_size) * d_model + N(c.num_layers) * block + d_model;
+  });
 }
 
 }  // namespace omni::models::wan

@@ -70,6 +70,16 @@ void WanTransformer3DConfig::validate() const {
   positive("ffn_dim", ffn_dim);
   positive("num_layers", num_layers);
   positive("rope_max_seq_len", rope_max_seq_len);
+  // Derived sizes the model is built from (Note [Counting parameters without
+  // overflow] bounds the rest).
+  std::int64_t product = 0;
+  OMNI_CHECK(!__builtin_mul_overflow(num_attention_heads, attention_head_dim, &product),
+             ConfigError, "fields 'num_attention_heads' (", num_attention_heads,
+             ") × 'attention_head_dim' (", attention_head_dim, ") overflow");
+  OMNI_CHECK(!__builtin_mul_overflow(patch_size[0], patch_size[1], &product) &&
+                 !__builtin_mul_overflow(product, patch_size[2], &product),
+             ConfigError, "field 'patch_size' [", patch_size[0], ", ", patch_size[1], ", ",
+             patch_size[2], "] overflows");
   OMNI_CHECK(freq_dim >= 2, ConfigError, "field 'freq_dim' must be at least 2, got ", freq_dim);
   OMNI_CHECK(attention_head_dim % 2 == 0, ConfigError,
              "field 'attention_head_dim' must be even for the rotary embedding, got ",

@@ -1,6 +1,7 @@
 // WanTransformer3DModel.
 #include <torch/torch.h>
 
+#include "models/wan/parameter_count.h"
 #include "omni/error.h"
 #include "omni/models/wan/wan_transformer.h"
 
@@ -68,17 +69,22 @@ void WanTransformer3DModelImpl::to_inference_dtype(torch::ScalarType dtype) {
 
 std::int64_t WanTransformer3DModelImpl::parameter_count(const WanTransformer3DConfig& c) {
   c.validate();
-  const std::int64_t d = c.inner_dim();
-  auto linear = [](std::int64_t in, std::int64_t out) { return in * out + out; };
-  const std::int64_t patch = c.in_channels * c.patch_volume() * d + d;
-  const std::int64_t condition = linear(c.freq_dim, d) + linear(d, d)     // time_embedder
-                                 + linear(d, 6 * d)                       // time_proj
-                                 + linear(c.text_dim, d) + linear(d, d);  // text_embedder
-  const std::int64_t attention = 4 * linear(d, d) + 2 * d;  // q, k, v, out + q/k RMSNorm
-  const std::int64_t block = 2 * attention + (c.cross_attn_norm ? 2 * d : 0) +
-                             linear(d, c.ffn_dim) + linear(c.ffn_dim, d) + 6 * d;
-  const std::int64_t head = linear(d, c.out_channels * c.patch_volume()) + 2 * d;
-  return patch + condition + c.num_layers * block + head;
+  // Note [Counting parameters without overflow] (parameter_count.h).
+  return internal::count_parameters("WanTransformer3DModel", [&c](auto zero) {
+    using N = decltype(zero);
+    const N d = N(c.num_attention_heads) * N(c.attention_head_dim);
+    const N patch_volume = N(c.patch_size[0]) * N(c.patch_size[1]) * N(c.patch_size[2]);
+    auto linear = [](N in, N out) { return in * out + out; };
+    const N patch = N(c.in_channels) * patch_volume * d + d;
+    const N condition = linear(N(c.freq_dim), d) + linear(d, d)     // time_embedder
+                        + linear(d, 6 * d)                          // time_proj
+                        + linear(N(c.text_dim), d) + linear(d, d);  // text_embedder
+    const N attention = 4 * linear(d, d) + 2 * d;  // q, k, v, out + q/k RMSNorm
+    const N block = 2 * attention + (c.cross_attn_norm ? 2 * d : N(0)) +
+                    linear(d, N(c.ffn_dim)) + linear(N(c.ffn_dim), d) + 6 * d;
+    const N head = linear(d, N(c.out_channels) * patch_volume) + 2 * d;
+    return patch + condition + N(c.num_layers) * block + head;
+  });
 }
 
 torch::Tensor WanTransformer3DModelImpl::forward(const torch::Tensor& hidden_states,
