@@ -93,7 +93,8 @@ json parse_object(std::string_view body) {
   json value;
   try {
     value = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number beyond a double (1e999).
     throw ApiError(ErrorKind::malformed, "invalid_json",
                    std::string("the request body is not valid JSON: ") + e.what());
   }

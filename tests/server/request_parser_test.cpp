@@ -138,6 +138,20 @@ TEST(RequestParser, SurvivesHostileBodies) {
   EXPECT_EQ(error_of([&] { parse_image_request(nul); }).first, ErrorKind::malformed);
 }
 
+// Found by fuzz/request_fuzz.cpp: a number too large for a double made the
+// JSON parser throw out_of_range (not parse_error), which escaped the parser
+// and became a 500 internal_error for a client's malformed body.
+TEST(RequestParser, NumberBeyondADoubleIsMalformedJson) {
+  for (const char* body : {R"({"prompt": "a cat", "seed": 5e02222222222222222})",
+                           R"({"prompt": "a cat", "guidance_scale": -1e400})"}) {
+    SCOPED_TRACE(body);
+    EXPECT_EQ(error_of([&] { parse_image_request(body); }),
+              std::make_pair(ErrorKind::malformed, std::string("invalid_json")));
+    EXPECT_EQ(error_of([&] { parse_video_request(body); }),
+              std::make_pair(ErrorKind::malformed, std::string("invalid_json")));
+  }
+}
+
 TEST(RequestParser, LimitsApplyToResolvedRequests) {
   pipelines::GenerationRequest r;
   r.steps = 10;
