@@ -202,6 +202,25 @@ TEST(ModelLevelOffload, PinningRefusedFallsBackToPageableWithSameOutput) {
   EXPECT_TRUE(saw_pageable);
 }
 
+TEST(ModelLevelOffload, PinningRefusedPartWayOnWanShapedKeepsTheOutput) {
+  EngineArgs args = example_args(true);
+  args.offload.max_pin_chunk_bytes = 64 << 10;
+  args.faults.pin_budget_bytes = 1 << 20;  // some homes pinned, the rest refused
+  testing::internal::CaptureStderr();
+  Omni omni(args);
+  (void)testing::internal::GetCapturedStderr();
+  auto a = omni.generate(request(5));
+  auto b = omni.generate(request(5));
+  Omni reference(example_args(false));
+  const auto expected = reference.generate(request(5)).frames;
+  EXPECT_TRUE(torch::equal(a.frames, expected));
+  EXPECT_TRUE(torch::equal(b.frames, expected));
+  EXPECT_GT(a.report.pinned_host_bytes, 0u);
+  EXPECT_GT(a.report.pageable_host_bytes, 0u);
+  EXPECT_LE(a.report.pinned_host_bytes, 1u << 20);
+  EXPECT_NO_THROW(omni.backend()->ledger().verify());
+}
+
 TEST(ModelLevelOffload, UploadFailingHalfWayRollsEnableBack) {
   toy::ToyPipeline p({"text_encoder"}, {"transformer"});
   auto before = snapshot(p);
@@ -298,6 +317,57 @@ TEST(ModelLevelOffload, SimCapacityExceededIsTypedAndRecoverable) {
   } catch (const DeviceOutOfMemory& e) {
     EXPECT_NE(std::string(e.what()).find("out of device memory"), std::string::npos);
   }
+}
+
+// The pre-hook has uploaded the expert when its forward throws; the
+// ledger, the hooks and the device memory must still agree with what a
+// successful call leaves, and the next request must run as if nothing happened.
+TEST(ModelLevelOffload, ExceptionInsideForwardLeavesHooksAndResidencyConsistent) {
+  toy::ToyPipeline a({"text_encoder"}, {"transformer", "transformer_2"});
+  toy::ToyPipeline b({"text_encoder"}, {"transformer", "transformer_2"});
+  auto x = torch::randn({3, 8});
+  auto reference = b.run(x);
+  // What a clean request leaves on a device of its own.
+  auto clean_device = sim();
+  offload::ModelLevelOffloadBackend clean(*clean_device);
+  clean.enable(b, toy::spec({"transformer", "transformer_2"}, {"text_encoder"}));
+  b.run(x);
+  const auto clean_allocated = clean_device->memory_stats().allocated_bytes;
+
+  auto device = sim();
+  offload::ModelLevelOffloadBackend backend(*device);
+  backend.enable(a, toy::spec({"transformer", "transformer_2"}, {"text_encoder"}));
+  const auto hooks = hook_count(a);
+  const auto& ledger = backend.ledger();
+
+  backend.begin_request();
+  a.encoders.at("text_encoder")(x);
+  // Wrong width: the expert's Linear throws inside forward, after its hook ran.
+  EXPECT_THROW(a.dits.at("transformer")(torch::randn({3, 5})), c10::Error);
+  EXPECT_NO_THROW(ledger.verify());
+  EXPECT_EQ(ledger.entries()[*ledger.find("transformer")].where, Residency::device);
+  EXPECT_EQ(ledger.entries()[*ledger.find("text_encoder")].where, Residency::host);
+  EXPECT_EQ(ledger.entries()[*ledger.find("transformer_2")].where, Residency::host);
+  EXPECT_EQ(hook_count(a), hooks) << "no hook lost or added by the exception";
+  const auto after_throw = device->memory_stats().allocated_bytes;
+  const auto resident_after_throw = ledger.resident_bytes();
+  a.dits.at("transformer")(x);  // already resident: moves nothing
+  EXPECT_EQ(device->memory_stats().allocated_bytes, after_throw)
+      << "the failed call left the device as a successful one does";
+  EXPECT_EQ(ledger.resident_bytes(), resident_after_throw);
+  (void)backend.end_request();
+
+  backend.begin_request();
+  EXPECT_TRUE(torch::equal(a.run(x), reference)) << "the next request is unaffected";
+  const auto r = backend.end_request();
+  EXPECT_NO_THROW(ledger.verify());
+  for (const char* name : {"text_encoder", "transformer", "transformer_2"})
+    EXPECT_EQ(r.component(name)->uploads, 1u) << name;
+  EXPECT_EQ(device->memory_stats().allocated_bytes, clean_allocated)
+      << "no device memory kept from the failed request";
+  backend.disable();
+  EXPECT_EQ(hook_count(a), 0u);
+  EXPECT_TRUE(torch::equal(a.run(x), reference));
 }
 
 TEST(ModelLevelOffload, ComputationOnOffloadedWeightFailsLoudly) {
