@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "bench/json_file.h"
 #include "bench/offload/metered_device.h"
 #include "bench/offload/profile_pipeline.h"
 #include "bench/offload/strategies.h"
@@ -779,16 +780,7 @@ std::string OffloadBenchResult::to_table() const {
 }
 
 void OffloadBenchResult::write_json(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    OMNI_CHECK(out.good(), FormatError, path, ": cannot write the benchmark's JSON");
-    out << to_json().dump(2) << "\n";
-    OMNI_CHECK(out.good(), FormatError, path, ": cannot write the benchmark's JSON");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  OMNI_CHECK(!ec, FormatError, path, ": cannot write the benchmark's JSON: ", ec.message());
+  write_json_file(path, to_json());
 }
 
 OffloadBenchResult plan_offload_bench(const OffloadBenchConfig& config) {

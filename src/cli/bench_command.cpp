@@ -8,6 +8,7 @@
 #include "omni/error.h"
 #if OMNI_WITH_BENCH
 #include "bench/offload/offload_bench.h"
+#include "bench/soak/soak_bench.h"
 #endif
 
 namespace omni::cli {
@@ -34,6 +35,46 @@ int bench_offload(bench::OffloadBenchConfig config, const std::string& strategie
     std::cout << "\nwrote " << config.json_path << "\n";
   }
   return 0;
+}
+
+// Exit status 1 when the verdict is FAIL, so scripts can gate on it.
+int bench_soak(const bench::SoakBenchConfig& config) {
+  const auto result = bench::run_soak_bench(config, std::cout);
+  std::cout << result.verdict_line() << "\n";
+  if (!config.json_path.empty()) std::cout << "wrote " << config.json_path << "\n";
+  return result.pass ? 0 : 1;
+}
+
+void add_soak_command(CLI::App& bench_cmd) {
+  auto config = std::make_shared<bench::SoakBenchConfig>();
+  config->json_path = "bench-soak.json";
+  auto* cmd = bench_cmd.add_subcommand(
+      "soak",
+      "Many generations in one process with offload on: RSS, pinned host and device memory "
+      "after warm-up and at intervals, and whether they stayed flat");
+  cmd->add_option("--model", config->model, "Model (example:wan-shaped or a diffusers directory)")
+      ->capture_default_str();
+  cmd->add_option("--device", config->device, "sim | cuda[:N] | cpu")->capture_default_str();
+  cmd->add_option("--generations", config->generations, "Generations in the run")
+      ->capture_default_str();
+  cmd->add_option("--warmup", config->warmup, "Generations before the baseline sample")
+      ->capture_default_str();
+  cmd->add_option("--interval", config->interval, "Generations between samples")
+      ->capture_default_str();
+  cmd->add_option("--prompt", config->prompt, "Prompt of every generation")->capture_default_str();
+  cmd->add_option("--seed", config->base_seed, "First seed (generations cycle through 4 seeds)")
+      ->capture_default_str();
+  cmd->add_flag("!--no-offload", config->offload, "Run without model-level offload");
+  cmd->add_option("--sim-memory", config->sim_memory, "Capacity of the sim device")
+      ->capture_default_str();
+  cmd->add_option("--rss-slack", config->rss_slack, "RSS growth always tolerated")
+      ->capture_default_str();
+  cmd->add_option("--rss-fraction", config->rss_fraction,
+                  "RSS growth tolerated as a fraction of the baseline, if larger than the slack")
+      ->capture_default_str();
+  cmd->add_option("--json", config->json_path, "Where to write the JSON (\"\" for none)")
+      ->capture_default_str();
+  cmd->callback([config] { std::exit(run_guarded([&] { return bench_soak(*config); })); });
 }
 #endif
 
@@ -73,13 +114,16 @@ void add_bench_command(CLI::App& app) {
   cmd->callback([config, strategies] {
     std::exit(run_guarded([&] { return bench_offload(*config, *strategies); }));
   });
+  add_soak_command(*bench_cmd);
 #else
-  auto* cmd = bench_cmd->add_subcommand("offload", "Swap cost of model-level offload");
-  cmd->allow_extras();
-  cmd->callback([] {
-    std::cerr << "omni: this build has no benchmarks (configure with -DOMNI_BUILD_BENCH=ON)\n";
-    std::exit(2);
-  });
+  for (const char* name : {"offload", "soak"}) {
+    auto* cmd = bench_cmd->add_subcommand(name, std::string("The ") + name + " benchmark");
+    cmd->allow_extras();
+    cmd->callback([] {
+      std::cerr << "omni: this build has no benchmarks (configure with -DOMNI_BUILD_BENCH=ON)\n";
+      std::exit(2);
+    });
+  }
 #endif
 }
 
