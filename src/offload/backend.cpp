@@ -340,6 +340,17 @@ void OffloadBackend::disable() noexcept {
   delegate_ = nullptr;
   for (auto& c : components_) c.hooks.clear();
   for (auto& c : components_) {
+    // A component left on the device keeps its buffers, now owned through its
+    // parameters: they are freed whenever the pipeline lets go of them, maybe
+    // while compute that read them is still queued, so mark them now as a
+    // swap would (Note [Uploads on the transfer stream]). disable() cannot
+    // fail: a device that refuses the mark leaves the buffer as it was.
+    for (auto& b : c.buffers) {
+      try {
+        device_.retire(b);
+      } catch (...) {
+      }
+    }
     if (!c.home) continue;
     if (ledger_.entries()[c.ledger_index].where == Residency::host)
       for (auto& slot : c.home->slots()) rebind(slot.live, slot.home);
