@@ -34,7 +34,6 @@ AutoencoderKLWanImpl::AutoencoderKLWanImpl(AutoencoderKLWanConfig config)
 
 torch::Tensor AutoencoderKLWanImpl::decode(const torch::Tensor& z) {
   omni::nn::ForwardScope scope(*this);
-  torch::NoGradGuard no_grad;
   check_video_tensor(z, "latents", "[B, z_dim, T, h, w]", config_.z_dim);
   const auto& w = post_quant_conv_->weight;
   const auto x = post_quant_conv_(z.to(w.device(), w.scalar_type()));
@@ -50,7 +49,6 @@ torch::Tensor AutoencoderKLWanImpl::decode(const torch::Tensor& z) {
 
 AutoencoderKLWanImpl::Encoded AutoencoderKLWanImpl::encode(const torch::Tensor& video) {
   omni::nn::ForwardScope scope(*this);
-  torch::NoGradGuard no_grad;
   check_video_tensor(video, "video", "[B, C, F, H, W]", config_.in_channels);
   const auto num_frames = video.size(2);
   OMNI_CHECK((num_frames - 1) % kEncodeChunkFrames == 0, InvalidRequest,

@@ -90,8 +90,10 @@ class AutoencoderKLWanImpl : public omni::nn::Module {
   // feature cache: the first frame gives 1 video frame, each later one
   // temporal_compression() frames. Returns [B, out_channels, F, H, W] clamped to
   // [-1, 1], in the weights' dtype. `z` is converted to the weights' device and dtype.
-  // Runs the forward pre-hooks first (design.md §2 rule 9), then computes without
-  // autograd. InvalidRequest on a bad shape.
+  // Runs the forward pre-hooks first (design.md §2 rule 9). Records autograd when
+  // grad mode is on and the weights require grad (the trainer in tools/train);
+  // inference callers run under NoGradGuard / InferenceMode, and loaded pipelines
+  // freeze their weights. InvalidRequest on a bad shape.
   torch::Tensor decode(const torch::Tensor& z);
 
   // Encodes video [B, in_channels, F, H, W] (values in [-1, 1]) in frame chunks of

@@ -1,0 +1,101 @@
+// Generation and scoring of the evaluation prompts (evaluation.h).
+#include "evaluation.h"
+
+#include <c10/core/InferenceMode.h>
+#include <torch/torch.h>
+
+#include <iomanip>
+#include <random>
+#include <sstream>
+
+#include "omni/pipelines/wan_pipeline.h"
+
+namespace omni::train {
+
+EvalResult evaluate_model(pipelines::Pipeline& pipe, const std::vector<EvalCase>& cases,
+                          const EvalOptions& options) {
+  c10::InferenceMode inference;
+  EvalResult result;
+  for (const auto& c : cases) {
+    pipelines::GenerationRequest request;
+    request.prompt = prompt_of(c.spec);
+    request.seed = c.seed;
+    request.width = options.size;
+    request.height = options.size;
+    request.num_frames = options.num_frames;
+    request.steps = options.steps;
+    request.guidance_scale = options.guidance_scale;
+    const auto output = pipe.run(pipe.resolve(request), {});
+    CaseResult r{c, request.prompt, measure_clip(output.frames), {}, output.frames};
+    r.score = score(r.measured, c.spec);
+    (c.held_out ? result.held_out : result.seen).add(r.score);
+    result.cases.push_back(std::move(r));
+  }
+  return result;
+}
+
+EvalResult evaluate_reconstruction(pipelines::Pipeline& pipe, const std::vector<EvalCase>& cases) {
+  auto* wan = dynamic_cast<pipelines::WanPipeline*>(&pipe);
+  TORCH_CHECK(wan != nullptr, "evaluate_reconstruction needs a WanPipeline");
+  c10::InferenceMode inference;
+  EvalResult result;
+  for (const auto& c : cases) {
+    std::mt19937_64 rng(c.seed);
+    const auto video = draw_clip(place_clip(rng, c.spec)).unsqueeze(0);
+    const auto decoded = wan->vae->decode(wan->vae->encode(video).mean);
+    const auto frames = to_uint8_frames(decoded[0]);
+    CaseResult r{c, prompt_of(c.spec), measure_clip(frames), {}, frames};
+    r.score = score(r.measured, c.spec);
+    (c.held_out ? result.held_out : result.seen).add(r.score);
+    result.cases.push_back(std::move(r));
+  }
+  return result;
+}
+
+std::string format_report(const EvalResult& result) {
+  std::ostringstream out;
+  for (const auto& r : result.cases) {
+    const auto mark = [](bool ok) { return ok ? "+" : "-"; };
+    out << (r.eval.held_out ? "held " : "seen ") << mark(r.score.foreground)
+        << mark(r.score.background) << mark(r.score.shape) << mark(r.score.motion) << "  "
+        << std::left << std::setw(58) << r.prompt << " seed " << r.eval.seed << "  "
+        << describe(r.measured) << "\n";
+  }
+  const auto line = [&](const char* name, const QualityTally& t) {
+    out << std::left << std::setw(10) << name << " clips " << std::setw(4) << t.clips << std::fixed
+        << std::setprecision(1) << " foreground " << 100 * t.rate(t.foreground) << "%  background "
+        << 100 * t.rate(t.background) << "%  shape " << 100 * t.rate(t.shape) << "%  direction "
+        << 100 * t.rate(t.motion) << "%\n";
+  };
+  out << "legend: + right / - wrong for foreground, background, shape, direction\n";
+  line("seen", result.seen);
+  line("held-out", result.held_out);
+  QualityTally all = result.seen;
+  all.clips += result.held_out.clips;
+  all.foreground += result.held_out.foreground;
+  all.background += result.held_out.background;
+  all.shape += result.held_out.shape;
+  all.motion += result.held_out.motion;
+  line("all", all);
+  return out.str();
+}
+
+torch::Tensor case_sheet(const std::vector<CaseResult>& cases, int rows) {
+  std::vector<torch::Tensor> lines;
+  const auto gap = [](const torch::Tensor& like, std::int64_t h, std::int64_t w) {
+    return torch::full({h, w, 3}, 255, like.options());
+  };
+  for (int i = 0; i < rows && i < static_cast<int>(cases.size()); ++i) {
+    const auto& frames = cases[static_cast<std::size_t>(i)].frames;
+    std::vector<torch::Tensor> row;
+    for (std::int64_t f = 0; f < frames.size(0); f += 2) {
+      row.push_back(frames[f]);
+      row.push_back(gap(frames, frames.size(1), 2));
+    }
+    lines.push_back(torch::cat(row, 1));
+    lines.push_back(gap(frames, 2, lines.back().size(1)));
+  }
+  return torch::cat(lines, 0).contiguous();
+}
+
+}  // namespace omni::train

@@ -1,0 +1,55 @@
+// Generating the fixed evaluation prompts (quality.h) with a loaded pipeline
+// and scoring what it drew.
+//
+//   auto pipe = omni::pipelines::load_pipeline("models/tiny-shapes");
+//   auto result = evaluate_model(*pipe, evaluation_cases(12), {});
+//   std::cout << format_report(result);
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "omni/pipelines/pipeline.h"
+#include "quality.h"
+
+namespace omni::train {
+
+struct EvalOptions {
+  std::optional<int> steps;  // null: the pipeline's default
+  std::optional<double> guidance_scale;
+  int size = 64;
+  int num_frames = 9;
+};
+
+struct CaseResult {
+  EvalCase eval;
+  std::string prompt;
+  ClipMeasurement measured;
+  ClipScore score;
+  torch::Tensor frames;  // uint8 [F, H, W, 3]
+};
+
+struct EvalResult {
+  std::vector<CaseResult> cases;
+  QualityTally seen;      // combinations drawn in training
+  QualityTally held_out;  // Note [Held-out combinations]
+};
+
+// Runs every case through pipe.resolve() and pipe.run() on the CPU, under
+// InferenceMode, one at a time. Synchronous.
+EvalResult evaluate_model(pipelines::Pipeline& pipe, const std::vector<EvalCase>& cases,
+                          const EvalOptions& options);
+
+// The VAE alone: each case's spec drawn (shapes.h, placed from its seed),
+// encoded to the posterior mean and decoded, then measured like a generated
+// clip. The upper bound of what the experts can reach through this VAE.
+EvalResult evaluate_reconstruction(pipelines::Pipeline& pipe, const std::vector<EvalCase>& cases);
+
+// One line per case, then the rates per split.
+std::string format_report(const EvalResult& result);
+
+// Rows of frames (every other frame) of the first `rows` cases: uint8 [H', W', 3].
+torch::Tensor case_sheet(const std::vector<CaseResult>& cases, int rows);
+
+}  // namespace omni::train

@@ -1,0 +1,226 @@
+// The procedural shapes world (shapes.h).
+#include "shapes.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace omni::train {
+
+std::string_view name_of(Colour colour) {
+  switch (colour) {
+    case Colour::kRed:
+      return "red";
+    case Colour::kGreen:
+      return "green";
+    case Colour::kBlue:
+      return "blue";
+    case Colour::kYellow:
+      return "yellow";
+    case Colour::kWhite:
+      return "white";
+    case Colour::kBlack:
+      return "black";
+    case Colour::kGray:
+      return "gray";
+  }
+  return "?";
+}
+
+std::string_view name_of(Shape shape) {
+  switch (shape) {
+    case Shape::kCircle:
+      return "circle";
+    case Shape::kSquare:
+      return "square";
+    case Shape::kTriangle:
+      return "triangle";
+  }
+  return "?";
+}
+
+std::string_view name_of(Motion motion) {
+  switch (motion) {
+    case Motion::kLeft:
+      return "left";
+    case Motion::kRight:
+      return "right";
+    case Motion::kUp:
+      return "up";
+    case Motion::kDown:
+      return "down";
+    case Motion::kStill:
+      return "still";
+  }
+  return "?";
+}
+
+std::array<int, 3> rgb_of(Colour colour) {
+  switch (colour) {
+    case Colour::kRed:
+      return {220, 30, 30};
+    case Colour::kGreen:
+      return {30, 190, 50};
+    case Colour::kBlue:
+      return {40, 70, 230};
+    case Colour::kYellow:
+      return {235, 215, 30};
+    case Colour::kWhite:
+      return {240, 240, 240};
+    case Colour::kBlack:
+      return {10, 10, 10};
+    case Colour::kGray:
+      return {120, 120, 120};
+  }
+  return {0, 0, 0};
+}
+
+std::string prompt_of(const ShapeSpec& spec) {
+  std::string out = "a ";
+  out += name_of(spec.foreground);
+  out += ' ';
+  out += name_of(spec.shape);
+  out += spec.motion == Motion::kStill ? " standing still" : " moving ";
+  if (spec.motion != Motion::kStill) out += name_of(spec.motion);
+  out += " on a ";
+  out += name_of(spec.background);
+  out += " background";
+  return out;
+}
+
+bool is_held_out(const ShapeSpec& spec) {
+  return (spec.foreground == Colour::kGreen && spec.shape == Shape::kTriangle) ||
+         (spec.foreground == Colour::kBlue && spec.shape == Shape::kSquare) ||
+         (spec.shape == Shape::kCircle && spec.motion == Motion::kUp) ||
+         (spec.foreground == Colour::kRed && spec.background == Colour::kGray);
+}
+
+std::vector<ShapeSpec> all_specs() {
+  std::vector<ShapeSpec> specs;
+  for (auto fg : kForegrounds)
+    for (auto shape : kShapes)
+      for (auto motion : kMotions)
+        for (auto bg : kBackgrounds)
+          if (fg != bg) specs.push_back({fg, shape, motion, bg});
+  return specs;
+}
+
+namespace {
+
+double uniform(std::mt19937_64& rng, double lo, double hi) {
+  return std::uniform_real_distribution<double>(lo, hi)(rng);
+}
+
+}  // namespace
+
+ShapeClip place_clip(std::mt19937_64& rng, const ShapeSpec& spec, const ClipGeometry& geometry) {
+  ShapeClip clip;
+  clip.spec = spec;
+  clip.radius = uniform(rng, 8.0, 11.0);
+  clip.speed = spec.motion == Motion::kStill ? 0.0 : uniform(rng, 2.5, 3.5);
+  const double travel = clip.speed * static_cast<double>(geometry.frames - 1);
+  const double margin = clip.radius + 1.0;
+  const auto w = static_cast<double>(geometry.width);
+  const auto h = static_cast<double>(geometry.height);
+  // The range of the start along each axis that keeps the whole path inside.
+  double x_lo = margin, x_hi = w - margin, y_lo = margin, y_hi = h - margin;
+  switch (spec.motion) {
+    case Motion::kLeft:
+      x_lo += travel;
+      break;
+    case Motion::kRight:
+      x_hi -= travel;
+      break;
+    case Motion::kUp:
+      y_lo += travel;
+      break;
+    case Motion::kDown:
+      y_hi -= travel;
+      break;
+    case Motion::kStill:
+      break;
+  }
+  clip.start_x = uniform(rng, x_lo, std::max(x_lo, x_hi));
+  clip.start_y = uniform(rng, y_lo, std::max(y_lo, y_hi));
+  return clip;
+}
+
+ShapeClip sample_clip(std::mt19937_64& rng, Split split, const ClipGeometry& geometry) {
+  static const auto specs = all_specs();
+  for (;;) {
+    const auto& spec = specs[std::uniform_int_distribution<std::size_t>(0, specs.size() - 1)(rng)];
+    const bool held = is_held_out(spec);
+    if (split == Split::kAny || (split == Split::kHeldOut) == held)
+      return place_clip(rng, spec, geometry);
+  }
+}
+
+bool inside(Shape shape, double x, double y, double cx, double cy, double radius) {
+  const double dx = x - cx, dy = y - cy;
+  switch (shape) {
+    case Shape::kCircle:
+      return dx * dx + dy * dy <= radius * radius;
+    case Shape::kSquare: {
+      const double half = 0.85 * radius;
+      return std::abs(dx) <= half && std::abs(dy) <= half;
+    }
+    case Shape::kTriangle: {
+      // Pointing up: apex at (cx, cy − r), base from (cx ± r, cy + r).
+      if (dy < -radius || dy > radius) return false;
+      return std::abs(dx) <= (dy + radius) / 2.0;
+    }
+  }
+  return false;
+}
+
+torch::Tensor draw_clip(const ShapeClip& clip, const ClipGeometry& geometry) {
+  const auto F = geometry.frames, H = geometry.height, W = geometry.width;
+  auto video = torch::empty({3, F, H, W}, torch::kFloat32);
+  auto v = video.accessor<float, 4>();
+  const auto fg = rgb_of(clip.spec.foreground);
+  const auto bg = rgb_of(clip.spec.background);
+  double step_x = 0, step_y = 0;
+  switch (clip.spec.motion) {
+    case Motion::kLeft:
+      step_x = -clip.speed;
+      break;
+    case Motion::kRight:
+      step_x = clip.speed;
+      break;
+    case Motion::kUp:
+      step_y = -clip.speed;
+      break;
+    case Motion::kDown:
+      step_y = clip.speed;
+      break;
+    case Motion::kStill:
+      break;
+  }
+  constexpr double kOffsets[2] = {0.25, 0.75};
+  for (std::int64_t f = 0; f < F; ++f) {
+    const double cx = clip.start_x + step_x * static_cast<double>(f);
+    const double cy = clip.start_y + step_y * static_cast<double>(f);
+    for (std::int64_t y = 0; y < H; ++y) {
+      for (std::int64_t x = 0; x < W; ++x) {
+        int hits = 0;
+        for (double oy : kOffsets)
+          for (double ox : kOffsets)
+            hits += inside(clip.spec.shape, static_cast<double>(x) + ox,
+                           static_cast<double>(y) + oy, cx, cy, clip.radius);
+        const double a = hits / 4.0;
+        for (int c = 0; c < 3; ++c)
+          v[c][f][y][x] = static_cast<float>((a * fg[c] + (1 - a) * bg[c]) / 127.5 - 1.0);
+      }
+    }
+  }
+  return video;
+}
+
+torch::Tensor to_uint8_frames(const torch::Tensor& video) {
+  return ((video.permute({1, 2, 3, 0}) + 1.0) * 127.5)
+      .round()
+      .clamp(0, 255)
+      .to(torch::kUInt8)
+      .contiguous();
+}
+
+}  // namespace omni::train

@@ -1,0 +1,64 @@
+// omni-train OUT_DIR [--smoke] [--seed N] [...]: trains models/tiny-shapes
+// from nothing (trainer.h) and writes it as a diffusers directory.
+// Exit status: 0 written; 1 training failed; 2 bad arguments.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "trainer.h"
+
+int main(int argc, char** argv) {
+  omni::train::ensure_passive_openmp(argv);
+  CLI::App app{"Trains the tiny-shapes Wan model (tools/train) and writes its directory"};
+  std::string out_dir;
+  bool smoke = false;
+  omni::train::TrainOptions o;
+  app.add_option("out_dir", out_dir, "model directory to write")->required();
+  app.add_flag("--smoke", smoke, "tiny sizes and a few steps (CI): checks the trainer runs");
+  // Parsed into a separate object so --smoke's recipe can be overridden per field.
+  omni::train::TrainOptions f;
+  app.add_option("--seed", f.seed, "seed of every random draw")->default_val(o.seed);
+  app.add_option("--threads", f.threads, "torch threads")->default_val(o.threads);
+  app.add_option("--vae-steps", f.vae_steps)->default_val(o.vae_steps);
+  app.add_option("--vae-batch", f.vae_batch)->default_val(o.vae_batch);
+  app.add_option("--dataset-clips", f.dataset_clips)->default_val(o.dataset_clips);
+  app.add_option("--dit-steps", f.dit_steps)->default_val(o.dit_steps);
+  app.add_option("--dit-batch", f.dit_batch)->default_val(o.dit_batch);
+  app.add_option("--dit-lr", f.dit_lr)->default_val(o.dit_lr);
+  app.add_option("--dit-layers", f.sizes.dit_layers)->default_val(o.sizes.dit_layers);
+  app.add_option("--full-padding", f.full_padding)->default_val(o.full_padding);
+  app.add_option("--vae-base-dim", f.sizes.vae_base_dim)->default_val(o.sizes.vae_base_dim);
+  app.add_option("--checkpoint-every", f.checkpoint_every)->default_val(o.checkpoint_every);
+  app.add_option("--log-every", f.log_every)->default_val(o.log_every);
+  CLI11_PARSE(app, argc, argv);
+
+  omni::train::TrainOptions options = smoke ? omni::train::TrainOptions::smoke() : o;
+  // Explicit flags win over the recipe.
+  const auto given = [&](const char* name) { return app.count(name) > 0; };
+  if (given("--seed")) options.seed = f.seed;
+  if (given("--threads")) options.threads = f.threads;
+  if (given("--vae-steps")) options.vae_steps = f.vae_steps;
+  if (given("--vae-batch")) options.vae_batch = f.vae_batch;
+  if (given("--dataset-clips")) options.dataset_clips = f.dataset_clips;
+  if (given("--dit-steps")) options.dit_steps = f.dit_steps;
+  if (given("--dit-batch")) options.dit_batch = f.dit_batch;
+  if (given("--dit-lr")) options.dit_lr = f.dit_lr;
+  if (given("--dit-layers")) options.sizes.dit_layers = f.sizes.dit_layers;
+  if (given("--full-padding")) options.full_padding = f.full_padding;
+  if (given("--vae-base-dim")) options.sizes.vae_base_dim = f.sizes.vae_base_dim;
+  if (given("--checkpoint-every")) options.checkpoint_every = f.checkpoint_every;
+  if (given("--log-every")) options.log_every = f.log_every;
+  try {
+    options.validate();
+  } catch (const std::exception& e) {
+    std::cerr << "omni-train: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    omni::train::train_tiny_shapes(options, out_dir, std::cout);
+  } catch (const std::exception& e) {
+    std::cerr << "omni-train: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,467 @@
+// The three training phases of models/tiny-shapes (trainer.h).
+#include "trainer.h"
+
+#include <torch/torch.h>
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <iomanip>
+#include <random>
+#include <stdexcept>
+
+#include "omni/io/tokenizer.h"
+#include "shapes.h"
+
+namespace fs = std::filesystem;
+
+namespace omni::train {
+
+namespace {
+
+using models::wan::AutoencoderKLWan;
+using models::wan::AutoencoderKLWanConfig;
+using models::wan::UMT5Config;
+using models::wan::UMT5EncoderModel;
+using models::wan::WanTransformer3DConfig;
+using models::wan::WanTransformer3DModel;
+using Clock = std::chrono::steady_clock;
+
+// Note [Prompt length in training]
+// WanPipeline encodes every prompt padded to 512 tokens (diffusers'
+// max_sequence_length) and zeroes the embeddings past the prompt, so at
+// inference each expert cross-attends to ~500 identical zero embeddings as
+// well as the prompt's ~12 tokens. The text encoder masks padded keys, so its
+// outputs for the real tokens do not depend on the padding: encoding a short
+// batch and appending zeros is exact. The experts, though, see the number of
+// pads (N identical keys weigh as one key with logit + log N), and on these
+// two CPU cores a 512-token context makes an expert step ~10× dearer than a
+// 16-token one. So most steps pad to the longest prompt only, and a fraction
+// (full_padding) pad to the full 512: the experts learn to be independent of
+// the padding, and the inference context is one they were trained on.
+constexpr std::int64_t kInferenceSequenceLength = 512;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Note [Initialisation]
+// The models' constructors leave weights zero (VAE) or at LibTorch defaults;
+// training starts from: biases 0; norm scales 1; embeddings N(0, 1); other
+// matrices and kernels N(0, 1/fan_in), T5's query projections a further
+// 1/√d_kv (T5 does not scale its attention logits); the experts' output
+// projection 0 (so each starts by predicting zero velocity); the experts'
+// scale_shift_tables as constructed (N(0, 1/dim), from the seeded generator).
+void initialise(torch::nn::Module& module, double query_scale = 1.0) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters()) {
+    auto& p = item.value();
+    const auto& name = item.key();
+    if (name.find("scale_shift_table") != std::string::npos) continue;
+    if (name.ends_with("bias") || name.starts_with("proj_out.")) {
+      p.zero_();
+    } else if (name.ends_with("gamma") || p.dim() == 1) {
+      p.fill_(1.0);
+    } else if (name == "shared.weight" || name.ends_with("embed_tokens.weight")) {
+      p.normal_(0.0, 1.0);
+    } else {
+      const double fan_in = static_cast<double>(p.numel() / p.size(0));
+      double std = 1.0 / std::sqrt(fan_in);
+      if (name.ends_with(".q.weight")) std *= query_scale;
+      p.normal_(0.0, std);
+    }
+  }
+}
+
+void set_lr(torch::optim::AdamW& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups())
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+}
+
+// Linear warm-up, then cosine decay to 10% of the peak.
+double scheduled_lr(double peak, int step, int total) {
+  const int warmup = std::min(100, std::max(1, total / 10));
+  if (step < warmup) return peak * (step + 1) / warmup;
+  const double progress = static_cast<double>(step - warmup) / std::max(1, total - warmup);
+  return peak * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
+// A batch of drawn training clips [B, 3, F, H, W] and the weight of each
+// pixel in the reconstruction loss: 1 on the background, 5 on and around the
+// shape (it covers a tenth of the frame but carries every attribute).
+struct ClipBatch {
+  torch::Tensor video;
+  torch::Tensor weight;
+  std::vector<std::string> prompts;
+};
+
+// crop/frames: a random window of that many pixels and frames of each clip
+// (0: the whole clip).
+ClipBatch draw_batch(std::mt19937_64& rng, int batch, int crop = 0, int frames = 0) {
+  std::vector<torch::Tensor> videos, weights;
+  ClipBatch out;
+  for (int i = 0; i < batch; ++i) {
+    const auto clip = sample_clip(rng, Split::kTrain);
+    auto video = draw_clip(clip);
+    const auto window = [&](std::int64_t dim, std::int64_t size) {
+      const auto full = video.size(dim);
+      if (size <= 0 || size >= full) return;
+      const auto start = std::uniform_int_distribution<std::int64_t>(0, full - size)(rng);
+      video = video.narrow(dim, start, size);
+    };
+    window(1, frames);
+    window(2, crop);
+    window(3, crop);
+    video = video.contiguous();
+    const auto bg = rgb_of(clip.spec.background);
+    const auto bg_t = torch::tensor({bg[0] / 127.5 - 1.0, bg[1] / 127.5 - 1.0, bg[2] / 127.5 - 1.0},
+                                    torch::kFloat32)
+                          .view({3, 1, 1, 1});
+    const auto object = ((video - bg_t).abs().sum(0, true) > 0.05).to(torch::kFloat32);
+    // Dilate by one pixel so the shape's edge counts as the shape.
+    const auto grown =
+        torch::max_pool3d(object.unsqueeze(0), {1, 3, 3}, {1, 1, 1}, {0, 1, 1}).squeeze(0);
+    weights.push_back(1.0 + 4.0 * grown);
+    videos.push_back(std::move(video));
+    out.prompts.push_back(prompt_of(clip.spec));
+  }
+  out.video = torch::stack(videos);
+  out.weight = torch::stack(weights);
+  return out;
+}
+
+AutoencoderKLWan train_vae(const TrainOptions& o, const ComponentConfigs& configs,
+                           std::mt19937_64& rng, std::ostream& log) {
+  AutoencoderKLWan vae(AutoencoderKLWanConfig::from_json(configs.vae, "vae config"));
+  initialise(*vae);
+  vae->train();
+  torch::optim::AdamW optimizer(
+      vae->parameters(), torch::optim::AdamWOptions(o.vae_lr).betas({0.9, 0.99}).weight_decay(0.0));
+  const auto start = Clock::now();
+  double running_rec = 0, running_kl = 0;
+  int running_n = 0;
+  for (int step = 0; step < o.vae_steps; ++step) {
+    set_lr(optimizer, scheduled_lr(o.vae_lr, step, o.vae_steps));
+    const auto batch = draw_batch(rng, o.vae_batch, o.vae_crop, o.vae_frames);
+    const auto posterior = vae->encode(batch.video);
+    const auto z =
+        posterior.mean + torch::exp(0.5 * posterior.logvar) * torch::randn_like(posterior.mean);
+    const auto decoded = vae->decode(z);
+    const auto diff = decoded - batch.video;
+    const auto rec = (batch.weight * (diff.pow(2) + 0.1 * diff.abs())).mean();
+    const auto kl =
+        0.5 * (posterior.mean.pow(2) + posterior.logvar.exp() - 1.0 - posterior.logvar).mean();
+    const auto loss = rec + o.kl_weight * kl;
+    optimizer.zero_grad();
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(vae->parameters(), 1.0);
+    optimizer.step();
+    running_rec += rec.item<double>();
+    running_kl += kl.item<double>();
+    ++running_n;
+    if ((step + 1) % o.log_every == 0 || step + 1 == o.vae_steps) {
+      const double elapsed = seconds_since(start);
+      log << "vae  step " << std::setw(5) << step + 1 << "/" << o.vae_steps << "  rec "
+          << std::fixed << std::setprecision(5) << running_rec / running_n << "  kl "
+          << std::setprecision(3) << running_kl / running_n << "  " << std::setprecision(0)
+          << elapsed << " s (eta " << elapsed / (step + 1) * (o.vae_steps - step - 1) << " s)"
+          << std::endl;
+      log.unsetf(std::ios::fixed);
+      running_rec = running_kl = 0;
+      running_n = 0;
+    }
+  }
+  vae->eval();
+  return vae;
+}
+
+// Posterior means of `count` fresh training clips, per-channel normalised
+// (the statistics go into the VAE config, which the pipeline un-normalises
+// with), and their prompts.
+struct LatentSet {
+  torch::Tensor latents;  // [N, z, T, h, w], normalised
+  std::vector<std::string> prompts;
+};
+
+LatentSet encode_dataset(const TrainOptions& o, AutoencoderKLWan& vae, ComponentConfigs& configs,
+                         std::mt19937_64& rng, std::ostream& log) {
+  torch::NoGradGuard no_grad;
+  const auto start = Clock::now();
+  std::vector<torch::Tensor> chunks;
+  LatentSet set;
+  constexpr int kChunk = 8;
+  for (int done = 0; done < o.dataset_clips; done += kChunk) {
+    const auto batch = draw_batch(rng, std::min(kChunk, o.dataset_clips - done));
+    chunks.push_back(vae->encode(batch.video).mean);
+    set.prompts.insert(set.prompts.end(), batch.prompts.begin(), batch.prompts.end());
+  }
+  auto latents = torch::cat(chunks);
+  const auto mean = latents.mean({0, 2, 3, 4});
+  const auto std = latents.std({0, 2, 3, 4}).clamp_min(1e-3);
+  std::vector<double> mean_v, std_v;
+  for (std::int64_t c = 0; c < mean.size(0); ++c) {
+    // Stored as float32 would round them; the pipeline reads the JSON values.
+    mean_v.push_back(static_cast<double>(mean[c].item<float>()));
+    std_v.push_back(static_cast<double>(std[c].item<float>()));
+  }
+  configs.vae["latents_mean"] = mean_v;
+  configs.vae["latents_std"] = std_v;
+  const auto shape = std::vector<std::int64_t>{1, mean.size(0), 1, 1, 1};
+  set.latents = ((latents - mean.view(shape)) / std.view(shape)).contiguous();
+  log << "data " << o.dataset_clips << " clips encoded to " << set.latents.sizes() << " in "
+      << std::fixed << std::setprecision(0) << seconds_since(start) << " s" << std::endl;
+  log.unsetf(std::ios::fixed);
+  return set;
+}
+
+// Note [Training the experts]
+// Rectified flow as the pipeline samples it (FlowMatchEulerDiscreteScheduler):
+// x_σ = (1 − σ)·x₀ + σ·ε, the expert predicts v = ε − x₀ at timestep 1000·σ,
+// and σ = shift·u / (1 + (shift − 1)·u) for u uniform, the density of the
+// shifted inference schedule. The expert switch splits σ at boundary_ratio:
+// each step trains `transformer` on dit_batch clips with σ ≥ boundary and
+// `transformer_2` on dit_batch clips below it, both conditioned through the
+// one text encoder, which learns from both losses. A fraction of prompts is
+// replaced by "" so that classifier-free guidance (the pipeline's default,
+// negative prompt "") has an unconditional model to contrast with. The
+// weights saved are an exponential moving average of the trained ones.
+struct Experts {
+  UMT5EncoderModel text_encoder{nullptr};
+  WanTransformer3DModel transformer{nullptr};
+  WanTransformer3DModel transformer_2{nullptr};
+};
+
+double shifted_sigma(double u) {
+  return kFlowShift * u / (1.0 + (kFlowShift - 1.0) * u);
+}
+double unshifted(double sigma) {
+  return sigma / (kFlowShift - (kFlowShift - 1.0) * sigma);
+}
+
+using CheckpointFn = std::function<void(const Experts&)>;
+
+Experts train_experts(const TrainOptions& o, const ComponentConfigs& configs,
+                      const io::Tokenizer& tokenizer, const LatentSet& data, std::mt19937_64& rng,
+                      std::ostream& log, const CheckpointFn& checkpoint) {
+  Experts e;
+  const auto t_config =
+      WanTransformer3DConfig::from_json(configs.transformer, "transformer config");
+  const auto e_config = UMT5Config::from_json(configs.text_encoder, "text_encoder config");
+  e.text_encoder = UMT5EncoderModel(e_config);
+  initialise(*e.text_encoder, 1.0 / std::sqrt(static_cast<double>(e_config.d_kv)));
+  e.transformer = WanTransformer3DModel(t_config);
+  initialise(*e.transformer);
+  e.transformer_2 = WanTransformer3DModel(t_config);
+  initialise(*e.transformer_2);
+
+  std::vector<torch::Tensor> params;
+  for (auto* m : std::initializer_list<torch::nn::Module*>{
+           e.text_encoder.get(), e.transformer.get(), e.transformer_2.get()})
+    for (auto& p : m->parameters()) params.push_back(p);
+  std::vector<torch::Tensor> ema;
+  for (auto& p : params) ema.push_back(p.detach().clone());
+  torch::optim::AdamW optimizer(
+      params, torch::optim::AdamWOptions(o.dit_lr).betas({0.9, 0.99}).weight_decay(0.01));
+
+  // Every prompt (and "") fits with its EOS; Note [Prompt length in training].
+  std::int64_t length = 2;
+  for (const auto& p : data.prompts)
+    length =
+        std::max<std::int64_t>(length, static_cast<std::int64_t>(tokenizer.encode(p).size()) + 1);
+  const std::int64_t n = data.latents.size(0);
+  const int B = o.dit_batch;
+  const double u_boundary = unshifted(kBoundaryRatio);
+  std::uniform_int_distribution<std::int64_t> pick(0, n - 1);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+
+  const auto start = Clock::now();
+  double running[2] = {0, 0};
+  int running_n = 0;
+  // Calls `fn` with the EMA weights in place of the trained ones.
+  const auto with_ema = [&](const auto& fn) {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> trained;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      trained.push_back(params[i].detach().clone());
+      params[i].copy_(ema[i]);
+    }
+    fn();
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(trained[i]);
+  };
+  for (int step = 0; step < o.dit_steps; ++step) {
+    set_lr(optimizer, scheduled_lr(o.dit_lr, step, o.dit_steps));
+    const bool full = unit(rng) < o.full_padding;
+    std::vector<std::int64_t> index;
+    std::vector<std::string> prompts;
+    std::vector<float> sigmas;
+    for (int i = 0; i < 2 * B; ++i) {
+      index.push_back(pick(rng));
+      prompts.push_back(unit(rng) < o.prompt_dropout ? std::string() : data.prompts[index.back()]);
+      // The first B for the high-noise expert, the rest for the low-noise one.
+      const double u = i < B ? u_boundary + (1.0 - u_boundary) * unit(rng) : u_boundary * unit(rng);
+      sigmas.push_back(static_cast<float>(shifted_sigma(u)));
+    }
+    const auto tokens = tokenizer.tokenize(prompts, length);
+    auto context = e.text_encoder(tokens.input_ids, tokens.attention_mask);
+    context = context.masked_fill((tokens.attention_mask == 0).unsqueeze(-1), 0.0);
+    if (full)
+      context = torch::cat(
+          {context, torch::zeros({2 * B, kInferenceSequenceLength - length, context.size(2)})}, 1);
+    const auto x0 = data.latents.index_select(0, torch::tensor(index, torch::kInt64));
+    const auto sigma = torch::tensor(sigmas, torch::kFloat32);
+    const auto s = sigma.view({-1, 1, 1, 1, 1});
+    const auto noise = torch::randn_like(x0);
+    const auto noisy = (1.0 - s) * x0 + s * noise;
+    const auto target = noise - x0;
+    const auto timestep = sigma * static_cast<double>(kNumTrainTimesteps);
+    const auto hi =
+        e.transformer(noisy.narrow(0, 0, B), timestep.narrow(0, 0, B), context.narrow(0, 0, B));
+    const auto lo =
+        e.transformer_2(noisy.narrow(0, B, B), timestep.narrow(0, B, B), context.narrow(0, B, B));
+    const auto loss_hi = torch::mse_loss(hi, target.narrow(0, 0, B));
+    const auto loss_lo = torch::mse_loss(lo, target.narrow(0, B, B));
+    optimizer.zero_grad();
+    (loss_hi + loss_lo).backward();
+    torch::nn::utils::clip_grad_norm_(params, 1.0);
+    optimizer.step();
+    {
+      torch::NoGradGuard no_grad;
+      const double decay = std::min(o.ema_decay, (1.0 + step) / (10.0 + step));
+      for (std::size_t i = 0; i < params.size(); ++i)
+        ema[i].mul_(decay).add_(params[i].detach(), 1.0 - decay);
+    }
+    running[0] += loss_hi.item<double>();
+    running[1] += loss_lo.item<double>();
+    ++running_n;
+    if ((step + 1) % o.log_every == 0 || step + 1 == o.dit_steps) {
+      const double elapsed = seconds_since(start);
+      log << "dit  step " << std::setw(5) << step + 1 << "/" << o.dit_steps << "  loss high "
+          << std::fixed << std::setprecision(4) << running[0] / running_n << "  low "
+          << running[1] / running_n << "  " << std::setprecision(0) << elapsed << " s (eta "
+          << elapsed / (step + 1) * (o.dit_steps - step - 1) << " s)" << std::endl;
+      log.unsetf(std::ios::fixed);
+      running[0] = running[1] = 0;
+      running_n = 0;
+    }
+    if (checkpoint && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0 &&
+        step + 1 < o.dit_steps)
+      with_ema([&] { checkpoint(e); });
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(ema[i]);
+  }
+  return e;
+}
+
+}  // namespace
+
+TrainOptions TrainOptions::smoke() {
+  TrainOptions o;
+  o.sizes.vae_base_dim = 4;
+  o.sizes.z_dim = 4;
+  o.sizes.dit_heads = 2;
+  o.sizes.dit_head_dim = 8;
+  o.sizes.dit_layers = 1;
+  o.sizes.dit_ffn = 32;
+  o.sizes.text_dim = 32;
+  o.sizes.text_layers = 1;
+  o.vae_steps = 2;
+  o.vae_batch = 1;
+  o.vae_crop = 16;
+  o.checkpoint_every = 0;
+  o.dataset_clips = 4;
+  o.dit_steps = 2;
+  o.dit_batch = 2;
+  o.log_every = 1;
+  return o;
+}
+
+void TrainOptions::validate() const {
+  const auto positive = [](const char* field, double v) {
+    if (!(v > 0)) throw std::invalid_argument(std::string(field) + " must be positive");
+  };
+  positive("threads", threads);
+  positive("vae_steps", vae_steps);
+  positive("vae_batch", vae_batch);
+  positive("vae_lr", vae_lr);
+  if (vae_crop != 0 && (vae_crop < 8 || vae_crop % 8 != 0))
+    throw std::invalid_argument("vae_crop must be 0 or a multiple of 8");
+  if (vae_frames != 0 && (vae_frames < 1 || (vae_frames - 1) % 4 != 0))
+    throw std::invalid_argument("vae_frames must be 0 or 1 + 4k");
+  if (full_padding < 0 || full_padding > 1)
+    throw std::invalid_argument("full_padding must be in [0, 1]");
+  positive("dataset_clips", dataset_clips);
+  positive("dit_steps", dit_steps);
+  positive("dit_batch", dit_batch);
+  positive("dit_lr", dit_lr);
+  positive("log_every", log_every);
+  if (prompt_dropout < 0 || prompt_dropout >= 1)
+    throw std::invalid_argument("prompt_dropout must be in [0, 1)");
+  if (ema_decay < 0 || ema_decay >= 1) throw std::invalid_argument("ema_decay must be in [0, 1)");
+  if (sizes.text_dim % 16 != 0) throw std::invalid_argument("text_dim must be a multiple of 16");
+}
+
+// Note [CPU threads on a shared machine]
+// Measured on the two-core machine this was trained on, while other jobs ran:
+// OpenMP's and OpenBLAS' worker threads spin while they wait, and against
+// other processes that made an expert step ~20× slower (7 s instead of
+// 0.4 s). So the programs run with OMP_WAIT_POLICY=PASSIVE
+// (ensure_passive_openmp), OpenBLAS with one thread (looked up at run time:
+// another BLAS simply lacks the symbol), and denormals flushed (tiny
+// gradients late in training are ~100× slower on x86).
+void configure_cpu(int threads) {
+  torch::set_num_threads(threads);
+  using SetThreads = void (*)(int);
+  if (auto* set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set(1);
+  at::globalContext().setFlushDenormal(true);
+}
+
+void ensure_passive_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: carry on as we are
+}
+
+void train_tiny_shapes(const TrainOptions& o, const fs::path& out_dir, std::ostream& log) {
+  o.validate();
+  configure_cpu(o.threads);
+  torch::manual_seed(o.seed);
+  std::mt19937_64 rng(o.seed);
+  const auto start = Clock::now();
+  auto configs = component_configs(o.sizes);
+  fs::create_directories(out_dir);
+
+  // Tokenizer: the grammar's training prompts only (held-out combinations
+  // use the same words; Note [Held-out combinations]).
+  std::vector<std::string> corpus;
+  for (const auto& spec : all_specs())
+    if (!is_held_out(spec)) corpus.push_back(prompt_of(spec));
+  const auto spiece = train_tokenizer(out_dir / "tokenizer", corpus, 64);
+  const auto tokenizer = io::Tokenizer::from_file(spiece);
+  if (tokenizer.vocab_size() > o.sizes.vocab_size)
+    throw std::runtime_error("the tokenizer has more pieces than the text encoder embeds");
+  log << "tokenizer: " << tokenizer.vocab_size() << " pieces" << std::endl;
+
+  auto vae = train_vae(o, configs, rng, log);
+  const auto data = encode_dataset(o, vae, configs, rng, log);
+  const auto write = [&](const Experts& experts) {
+    write_model_dir(out_dir, configs,
+                    {experts.text_encoder, experts.transformer, experts.transformer_2, vae});
+  };
+  const auto experts = train_experts(o, configs, tokenizer, data, rng, log, [&](const Experts& e) {
+    write(e);
+    log << "checkpoint written to " << out_dir.string() << std::endl;
+  });
+  write(experts);
+  log << "wrote " << out_dir.string() << " in " << std::fixed << std::setprecision(0)
+      << seconds_since(start) << " s" << std::endl;
+  log.unsetf(std::ios::fixed);
+}
+
+}  // namespace omni::train

@@ -1,0 +1,73 @@
+// Trains models/tiny-shapes from nothing: the tokenizer on the prompt
+// grammar, the VAE on drawn clips, then the text encoder jointly with both
+// experts through the flow-matching loss (Note [Training the experts]).
+//
+//   TrainOptions options;                  // the shipped recipe
+//   train_tiny_shapes(options, "models/tiny-shapes", std::cout);
+//
+// Seeded and single-threaded in its data; torch uses `threads` threads.
+// Synchronous; prints progress to `log`.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <ostream>
+
+#include "model_files.h"
+
+namespace omni::train {
+
+struct TrainOptions {
+  std::uint64_t seed = 20261203;
+  int threads = 2;
+  ModelSizes sizes;
+
+  // VAE: reconstruction (weighted MSE + L1) + kl_weight · KL, AdamW, cosine
+  // decay, on random vae_crop² windows of vae_frames frames of drawn clips
+  // (the VAE is convolutional and causal, so windows teach it the whole clip
+  // at a fraction of the cost).
+  int vae_steps = 1400;
+  int vae_batch = 4;
+  int vae_crop = 32;
+  int vae_frames = 9;
+  double vae_lr = 2e-3;
+  double kl_weight = 1e-4;
+
+  // Clips encoded once with the trained VAE for the expert phase.
+  int dataset_clips = 2000;
+
+  // Experts + text encoder: each step trains each expert on dit_batch clips.
+  int dit_steps = 4500;
+  int dit_batch = 16;
+  // Fraction of steps whose prompts are padded to the pipeline's full 512
+  // tokens (Note [Prompt length in training]).
+  double full_padding = 0.25;
+  double dit_lr = 1e-3;
+  double prompt_dropout = 0.1;  // empty prompt, for classifier-free guidance
+  double ema_decay = 0.995;
+
+  int log_every = 50;
+  // Write the directory (EMA weights so far) every this many expert steps; 0: only at the end.
+  int checkpoint_every = 500;
+
+  // The few-steps recipe CI runs (tiny sizes, a handful of steps).
+  static TrainOptions smoke();
+  // ConfigError-style std::invalid_argument naming the field.
+  void validate() const;
+};
+
+// Torch intra-op threads, one OpenBLAS thread, denormals flushed to zero
+// (Note [CPU threads on a shared machine] in trainer.cpp). Process-wide.
+void configure_cpu(int threads);
+
+// For a program's main(), before anything else: when OMP_WAIT_POLICY is not
+// set, sets it to PASSIVE and re-executes the program with the same
+// arguments (OpenMP reads it only at start-up). Returns when it is set.
+void ensure_passive_openmp(char** argv);
+
+// Trains and writes the diffusers directory `out_dir` (created; existing
+// component files are replaced).
+void train_tiny_shapes(const TrainOptions& options, const std::filesystem::path& out_dir,
+                       std::ostream& log);
+
+}  // namespace omni::train
