@@ -220,7 +220,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix,
     info.dtype = dtype_from_string(value["dtype"].get<std::string>(), where);
     // `extent` multiplies max(dim, 1): a shape with a zero holds no bytes, but
     // LibTorch still computes its strides (and crashes when they overflow).
-    constexpr auto kMaxExtent = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    constexpr auto kMaxExtent =
+        static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
     std::uint64_t numel = 1;
     std::uint64_t extent = element_size(info.dtype);
     for (const auto& d : value["shape"]) {

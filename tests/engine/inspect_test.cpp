@@ -10,7 +10,6 @@
 #include <fstream>
 #include <map>
 
-#include "support/run_process.h"
 #include "engine/wan_a14b_fixture.h"
 #include "engine/wan_tensor_layout.h"
 #include "omni/engine/inspect.h"
@@ -22,6 +21,7 @@
 #include "omni/models/wan/wan_transformer.h"
 #include "omni/offload/backend.h"
 #include "omni/omni.h"
+#include "support/run_process.h"
 
 namespace fs = std::filesystem;
 using namespace omni::models::wan;

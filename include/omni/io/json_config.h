@@ -91,9 +91,8 @@ class ConfigReader {
       return value.is_boolean() ? "" : "expected true or false";
     } else if constexpr (std::is_integral_v<T>) {
       if (!value.is_number_integer()) return "expected an integer";
-      const bool fits = value.is_number_unsigned()
-                            ? std::in_range<T>(value.get<std::uint64_t>())
-                            : std::in_range<T>(value.get<std::int64_t>());
+      const bool fits = value.is_number_unsigned() ? std::in_range<T>(value.get<std::uint64_t>())
+                                                   : std::in_range<T>(value.get<std::int64_t>());
       return fits ? "" : "integer out of range";
     } else if constexpr (std::is_floating_point_v<T>) {
       return value.is_number() ? "" : "expected a number";

@@ -158,7 +158,8 @@ std::int64_t AutoencoderKLWanImpl::parameter_count(const AutoencoderKLWanConfig&
       total += residual_block<N>(dim, out) + (res_blocks - 1) * residual_block<N>(out, out);
       dim = out;
       if (i != levels - 1)
-        total += conv<N>(dim, dim, 9) + (config.temperal_downsample[i] ? conv<N>(dim, dim, 3) : N(0));
+        total +=
+            conv<N>(dim, dim, 9) + (config.temperal_downsample[i] ? conv<N>(dim, dim, 3) : N(0));
     }
     total += mid_block<N>(dim) + dim + conv<N>(dim, 2 * z, 27);
 

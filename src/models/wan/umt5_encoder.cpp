@@ -102,8 +102,7 @@ std::int64_t UMT5EncoderModelImpl::parameter_count(const UMT5Config& c) {
     using N = decltype(zero);
     const N d_model = N(c.d_model);
     const N inner = N(c.num_heads) * N(c.d_kv);
-    const N attention =
-        4 * d_model * inner + N(c.relative_attention_num_buckets) * N(c.num_heads);
+    const N attention = 4 * d_model * inner + N(c.relative_attention_num_buckets) * N(c.num_heads);
     const N ffn = N(c.is_gated_act ? 3 : 2) * d_model * N(c.d_ff);
     const N block = attention + ffn + 2 * d_model;  // + two layer norms
     return N(c.vocab_size) * d_model + N(c.num_layers) * block + d_model;

@@ -79,9 +79,9 @@ std::int64_t WanTransformer3DModelImpl::parameter_count(const WanTransformer3DCo
     const N condition = linear(N(c.freq_dim), d) + linear(d, d)     // time_embedder
                         + linear(d, 6 * d)                          // time_proj
                         + linear(N(c.text_dim), d) + linear(d, d);  // text_embedder
-    const N attention = 4 * linear(d, d) + 2 * d;  // q, k, v, out + q/k RMSNorm
-    const N block = 2 * attention + (c.cross_attn_norm ? 2 * d : N(0)) +
-                    linear(d, N(c.ffn_dim)) + linear(N(c.ffn_dim), d) + 6 * d;
+    const N attention = 4 * linear(d, d) + 2 * d;                   // q, k, v, out + q/k RMSNorm
+    const N block = 2 * attention + (c.cross_attn_norm ? 2 * d : N(0)) + linear(d, N(c.ffn_dim)) +
+                    linear(N(c.ffn_dim), d) + 6 * d;
     const N head = linear(d, N(c.out_channels) * patch_volume) + 2 * d;
     return patch + condition + N(c.num_layers) * block + head;
   });
