@@ -172,6 +172,28 @@ void check_expert_pair(const WanTransformer3DConfig& a, const WanTransformer3DCo
              "patch_size and text_dim (they denoise the same latents with the same prompt)");
 }
 
+// Note [omni_defaults.json]
+// A diffusers directory says nothing about the size a model was trained for,
+// and WanPipeline.__call__'s defaults (832×480, 81 frames) suit only the real
+// Wan2.2. An optional omni_defaults.json next to model_index.json sets this
+// model's request defaults: any of steps, guidance_scale, guidance_scale_2,
+// width, height, num_frames, fps. diffusers ignores the file. Unknown fields
+// and values a request could not use are ConfigErrors naming the file.
+WanDefaults read_request_defaults(const fs::path& path, WanDefaults d) {
+  const auto json = io::read_json_file(path);
+  OMNI_CHECK(json.is_object(), ConfigError, path.string(), ": expected a JSON object");
+  io::ConfigReader reader(json, path.string());
+  d.steps = reader.optional<int>("steps", d.steps);
+  d.guidance_scale = reader.optional<double>("guidance_scale", d.guidance_scale);
+  d.guidance_scale_2 = reader.optional<double>("guidance_scale_2", d.guidance_scale_2);
+  d.width = reader.optional<int>("width", d.width);
+  d.height = reader.optional<int>("height", d.height);
+  d.num_frames = reader.optional<int>("num_frames", d.num_frames);
+  d.fps = reader.optional<int>("fps", d.fps);
+  reader.finish();
+  return d;
+}
+
 }  // namespace
 
 std::shared_ptr<WanPipeline> WanPipeline::load(const fs::path& dir, const LoadOptions& options) {
@@ -191,6 +213,11 @@ std::shared_ptr<WanPipeline> WanPipeline::load(const fs::path& dir, const LoadOp
   reader.finish();
 
   // Plan: every structural check before any weight is read.
+  std::optional<fs::path> defaults_path;
+  if (fs::exists(dir / "omni_defaults.json")) {
+    defaults_path = dir / "omni_defaults.json";
+    read_request_defaults(*defaults_path, {});  // parse errors before any weight is read
+  }
   OMNI_CHECK(!pipe->config_.expand_timesteps, ConfigError, source,
              ": expand_timesteps = true (Wan2.2 TI2V per-token timesteps) is not supported");
   if (const auto& b = pipe->config_.boundary_ratio)
@@ -280,6 +307,19 @@ std::shared_ptr<WanPipeline> WanPipeline::load(const fs::path& dir, const LoadOp
     pipe->defaults_.steps = 50;
     pipe->defaults_.guidance_scale = 5.0;
     pipe->defaults_.guidance_scale_2 = 5.0;
+  }
+  if (defaults_path) {
+    pipe->defaults_ = read_request_defaults(*defaults_path, pipe->defaults_);
+    // A request that sets nothing must be valid (Note [omni_defaults.json]).
+    if (pipe->has_text_encoder()) {
+      try {
+        GenerationRequest probe;
+        probe.prompt = "omni_defaults.json";
+        pipe->resolve(probe);
+      } catch (const InvalidRequest& e) {
+        throw ConfigError(detail::concat(defaults_path->string(), ": ", e.what()));
+      }
+    }
   }
   return pipe;
 }

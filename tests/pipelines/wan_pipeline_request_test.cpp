@@ -149,3 +149,67 @@ TEST_F(WanRequestTest, SingleExpertModelRejectsGuidanceScale2) {
   }
   fs::remove_all(dir);
 }
+
+// Note [omni_defaults.json]: a model directory sets its own request defaults.
+TEST_F(WanRequestTest, OmniDefaultsFileSetsTheModelsDefaults) {
+  const auto dir = tiny_wan::temp_dir("omni-defaults");
+  fs::remove_all(dir);
+  fs::copy(*dir_, dir, fs::copy_options::recursive);
+  tiny_wan::write_json(dir / "omni_defaults.json", {{"width", 32},
+                                                    {"height", 16},
+                                                    {"num_frames", 5},
+                                                    {"steps", 3},
+                                                    {"guidance_scale", 2.5},
+                                                    {"fps", 8}});
+  auto pipe = std::dynamic_pointer_cast<WanPipeline>(pipelines::load_pipeline(dir.string()));
+  ASSERT_NE(pipe, nullptr);
+  const auto r = pipe->resolve({.prompt = "a cat"});
+  EXPECT_EQ(*r.width, 32);
+  EXPECT_EQ(*r.height, 16);
+  EXPECT_EQ(*r.num_frames, 5);
+  EXPECT_EQ(*r.steps, 3);
+  EXPECT_EQ(*r.guidance_scale, 2.5);
+  EXPECT_EQ(*r.guidance_scale_2, 3.0);  // not in the file: the Wan2.2 default stays
+  EXPECT_EQ(*r.fps, 8);
+  // A request still overrides the file.
+  EXPECT_EQ(*pipe->resolve({.prompt = "a cat", .width = 48}).width, 48);
+
+  EngineArgs args;
+  args.model = dir.string();
+  args.device = "sim";
+  args.enable_cpu_offload = true;
+  args.offload.quiet = true;
+  Omni engine(args);
+  EXPECT_EQ(engine.generate({.prompt = "a cat"}).frames.sizes(),
+            (std::vector<std::int64_t>{5, 16, 32, 3}));
+  fs::remove_all(dir);
+}
+
+TEST_F(WanRequestTest, BadOmniDefaultsFileIsAConfigErrorNamingIt) {
+  const auto dir = tiny_wan::temp_dir("omni-defaults-bad");
+  fs::remove_all(dir);
+  fs::copy(*dir_, dir, fs::copy_options::recursive);
+  struct Case {
+    nlohmann::json file;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {{{"heigth", 16}}, "heigth"},                                   // unknown field
+      {{{"width", 40}, {"height", 16}, {"num_frames", 1}}, "width"},  // no request could use it
+      {{{"num_frames", 2.5}}, "num_frames"},                          // not an integer
+      {nlohmann::json::array({1, 2}), "JSON object"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.file.dump());
+    tiny_wan::write_json(dir / "omni_defaults.json", c.file);
+    try {
+      pipelines::load_pipeline(dir.string());
+      ADD_FAILURE() << "loaded";
+    } catch (const ConfigError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("omni_defaults.json"), std::string::npos) << message;
+      EXPECT_NE(message.find(c.says), std::string::npos) << message;
+    }
+  }
+  fs::remove_all(dir);
+}

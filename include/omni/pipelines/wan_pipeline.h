@@ -108,7 +108,9 @@ struct DenoiseResult {
 // the high-noise and 3.0 for the low-noise expert; a single-expert model uses
 // WanPipeline.__call__'s 50 steps and 5.0. Both: 832×480, 81 frames, 16 fps.
 // A request that sets guidance_scale but not guidance_scale_2 uses
-// guidance_scale for both experts, as diffusers does.
+// guidance_scale for both experts, as diffusers does. A model directory may
+// override any of them in omni_defaults.json (Note [omni_defaults.json] in
+// wan_pipeline_loader.cpp).
 struct WanDefaults {
   int steps = 40;
   double guidance_scale = 4.0;
