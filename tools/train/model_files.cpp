@@ -7,6 +7,7 @@
 
 #include "omni/io/checkpoint.h"
 #include "omni/io/safetensors.h"
+#include "shapes.h"
 
 namespace fs = std::filesystem;
 
@@ -119,6 +120,10 @@ ComponentConfigs component_configs(const ModelSizes& s) {
                    {"transformer", {"diffusers", "WanTransformer3DModel"}},
                    {"transformer_2", {"diffusers", "WanTransformer3DModel"}},
                    {"vae", {"diffusers", "AutoencoderKLWan"}}};
+  c.request_defaults = {{"width", kClipGeometry.width},
+                        {"height", kClipGeometry.height},
+                        {"num_frames", kClipGeometry.frames},
+                        {"fps", 8}};
   return c;
 }
 
@@ -175,6 +180,7 @@ void write_model_dir(const fs::path& dir, const ComponentConfigs& configs,
   write_json(dir / "vae" / "config.json", configs.vae);
   save(*model.vae, dir / "vae" / "diffusion_pytorch_model.safetensors", {});
   write_json(dir / "scheduler" / "scheduler_config.json", configs.scheduler);
+  write_json(dir / "omni_defaults.json", configs.request_defaults);
   write_json(dir / "model_index.json", configs.model_index);
 }
 

@@ -41,6 +41,9 @@ struct ComponentConfigs {
   nlohmann::json vae;          // latents_mean/std filled in after the VAE is trained
   nlohmann::json scheduler;
   nlohmann::json model_index;
+  // omni_defaults.json: the clip size the model was trained on, so a request
+  // that gives none draws what the model knows.
+  nlohmann::json request_defaults;
 };
 ComponentConfigs component_configs(const ModelSizes& sizes);
 
@@ -59,7 +62,7 @@ struct TrainedModel {
 };
 
 // Writes model_index.json, scheduler/, text_encoder/, transformer/,
-// transformer_2/ and vae/ (float32 safetensors) into `dir`; the tokenizer
+// transformer_2/ and vae/ (float32 safetensors) and omni_defaults.json into `dir`; the tokenizer
 // folder is written by train_tokenizer beforehand.
 void write_model_dir(const std::filesystem::path& dir, const ComponentConfigs& configs,
                      const TrainedModel& model);

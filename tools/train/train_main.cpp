@@ -21,6 +21,12 @@ int main(int argc, char** argv) {
   app.add_option("--threads", f.threads, "torch threads")->default_val(o.threads);
   app.add_option("--vae-steps", f.vae_steps)->default_val(o.vae_steps);
   app.add_option("--vae-batch", f.vae_batch)->default_val(o.vae_batch);
+  app.add_option("--vae-crop", f.vae_crop, "0: whole frames")->default_val(o.vae_crop);
+  app.add_option("--vae-lr", f.vae_lr)->default_val(o.vae_lr);
+  app.add_option("--vae-from", f.vae_from, "reuse MODEL_DIR/vae instead of training a VAE");
+  app.add_option("--vae-full-steps", f.vae_full_steps, "last VAE steps on whole frames")
+      ->default_val(o.vae_full_steps);
+  app.add_option("--z-dim", f.sizes.z_dim)->default_val(o.sizes.z_dim);
   app.add_option("--dataset-clips", f.dataset_clips)->default_val(o.dataset_clips);
   app.add_option("--dit-steps", f.dit_steps)->default_val(o.dit_steps);
   app.add_option("--dit-batch", f.dit_batch)->default_val(o.dit_batch);
@@ -39,6 +45,11 @@ int main(int argc, char** argv) {
   if (given("--threads")) options.threads = f.threads;
   if (given("--vae-steps")) options.vae_steps = f.vae_steps;
   if (given("--vae-batch")) options.vae_batch = f.vae_batch;
+  if (given("--vae-crop")) options.vae_crop = f.vae_crop;
+  if (given("--vae-lr")) options.vae_lr = f.vae_lr;
+  if (given("--vae-from")) options.vae_from = f.vae_from;
+  if (given("--vae-full-steps")) options.vae_full_steps = f.vae_full_steps;
+  if (given("--z-dim")) options.sizes.z_dim = f.sizes.z_dim;
   if (given("--dataset-clips")) options.dataset_clips = f.dataset_clips;
   if (given("--dit-steps")) options.dit_steps = f.dit_steps;
   if (given("--dit-batch")) options.dit_batch = f.dit_batch;

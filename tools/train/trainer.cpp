@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -14,6 +15,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "omni/io/checkpoint.h"
+#include "omni/io/json_config.h"
 #include "omni/io/tokenizer.h"
 #include "shapes.h"
 
@@ -91,7 +94,7 @@ double scheduled_lr(double peak, int step, int total) {
 }
 
 // A batch of drawn training clips [B, 3, F, H, W] and the weight of each
-// pixel in the reconstruction loss: 1 on the background, 5 on and around the
+// pixel in the reconstruction loss: 1 on the background, 9 on and around the
 // shape (it covers a tenth of the frame but carries every attribute).
 struct ClipBatch {
   torch::Tensor video;
@@ -99,33 +102,47 @@ struct ClipBatch {
   std::vector<std::string> prompts;
 };
 
-// crop/frames: a random window of that many pixels and frames of each clip
-// (0: the whole clip).
+// frames: a random window of that many frames of each clip (0: all).
+// crop: a crop²-pixel window (0: the whole frame) around the shape's
+// centroid in the window's middle frame, shifted by up to a quarter crop and
+// kept inside the frame: a shape covers a tenth of the frame, and random
+// windows would mostly show background.
 ClipBatch draw_batch(std::mt19937_64& rng, int batch, int crop = 0, int frames = 0) {
   std::vector<torch::Tensor> videos, weights;
   ClipBatch out;
   for (int i = 0; i < batch; ++i) {
     const auto clip = sample_clip(rng, Split::kTrain);
     auto video = draw_clip(clip);
-    const auto window = [&](std::int64_t dim, std::int64_t size) {
-      const auto full = video.size(dim);
-      if (size <= 0 || size >= full) return;
-      const auto start = std::uniform_int_distribution<std::int64_t>(0, full - size)(rng);
-      video = video.narrow(dim, start, size);
-    };
-    window(1, frames);
-    window(2, crop);
-    window(3, crop);
-    video = video.contiguous();
+    if (frames > 0 && frames < video.size(1)) {
+      const auto start =
+          std::uniform_int_distribution<std::int64_t>(0, video.size(1) - frames)(rng);
+      video = video.narrow(1, start, frames);
+    }
     const auto bg = rgb_of(clip.spec.background);
     const auto bg_t = torch::tensor({bg[0] / 127.5 - 1.0, bg[1] / 127.5 - 1.0, bg[2] / 127.5 - 1.0},
                                     torch::kFloat32)
                           .view({3, 1, 1, 1});
-    const auto object = ((video - bg_t).abs().sum(0, true) > 0.05).to(torch::kFloat32);
+    auto object = ((video - bg_t).abs().sum(0, true) > 0.05).to(torch::kFloat32);
+    if (crop > 0 && crop < video.size(2)) {
+      const auto middle = object[0][video.size(1) / 2];
+      const auto cells = middle.nonzero().to(torch::kFloat64);
+      std::int64_t starts[2];
+      for (int axis = 0; axis < 2; ++axis) {
+        const auto full = video.size(2 + axis);
+        const double centre =
+            cells.size(0) > 0 ? cells.select(1, axis).mean().item<double>() : full / 2.0;
+        const double jitter = std::uniform_real_distribution<double>(-crop / 4.0, crop / 4.0)(rng);
+        starts[axis] =
+            std::clamp<std::int64_t>(std::llround(centre + jitter - crop / 2.0), 0, full - crop);
+      }
+      video = video.narrow(2, starts[0], crop).narrow(3, starts[1], crop);
+      object = object.narrow(2, starts[0], crop).narrow(3, starts[1], crop);
+    }
+    video = video.contiguous();
     // Dilate by one pixel so the shape's edge counts as the shape.
     const auto grown =
         torch::max_pool3d(object.unsqueeze(0), {1, 3, 3}, {1, 1, 1}, {0, 1, 1}).squeeze(0);
-    weights.push_back(1.0 + 4.0 * grown);
+    weights.push_back(1.0 + 8.0 * grown);
     videos.push_back(std::move(video));
     out.prompts.push_back(prompt_of(clip.spec));
   }
@@ -146,15 +163,26 @@ AutoencoderKLWan train_vae(const TrainOptions& o, const ComponentConfigs& config
   int running_n = 0;
   for (int step = 0; step < o.vae_steps; ++step) {
     set_lr(optimizer, scheduled_lr(o.vae_lr, step, o.vae_steps));
-    const auto batch = draw_batch(rng, o.vae_batch, o.vae_crop, o.vae_frames);
+    // The last vae_full_steps see whole frames (half the batch): crops never
+    // show the frame's border, and without them the decoder drew rings there.
+    const bool full_frames = step >= o.vae_steps - o.vae_full_steps;
+    const auto batch = full_frames ? draw_batch(rng, std::max(1, o.vae_batch / 2), 0, o.vae_frames)
+                                   : draw_batch(rng, o.vae_batch, o.vae_crop, o.vae_frames);
     const auto posterior = vae->encode(batch.video);
-    const auto z =
-        posterior.mean + torch::exp(0.5 * posterior.logvar) * torch::randn_like(posterior.mean);
+    // Note [A nearly deterministic VAE]
+    // Sampling the posterior from its initial unit variance drowned the
+    // latents in noise: after 1500 steps the decoder still drew average
+    // colours (reconstructed shape 42%, colour 38%). The experts learn the
+    // posterior means (encode_dataset), so the decoder is trained on the mean
+    // plus a little noise (latent_noise of the batch's latent spread), which
+    // keeps it tolerant of the experts' small errors, and kl_weight · mean²
+    // keeps the latents' scale in check. logvar is not trained.
+    const auto mean = posterior.mean;
+    const auto z = mean + o.latent_noise * mean.detach().std() * torch::randn_like(mean);
     const auto decoded = vae->decode(z);
     const auto diff = decoded - batch.video;
     const auto rec = (batch.weight * (diff.pow(2) + 0.1 * diff.abs())).mean();
-    const auto kl =
-        0.5 * (posterior.mean.pow(2) + posterior.logvar.exp() - 1.0 - posterior.logvar).mean();
+    const auto kl = 0.5 * mean.pow(2).mean();
     const auto loss = rec + o.kl_weight * kl;
     optimizer.zero_grad();
     loss.backward();
@@ -166,7 +194,7 @@ AutoencoderKLWan train_vae(const TrainOptions& o, const ComponentConfigs& config
     if ((step + 1) % o.log_every == 0 || step + 1 == o.vae_steps) {
       const double elapsed = seconds_since(start);
       log << "vae  step " << std::setw(5) << step + 1 << "/" << o.vae_steps << "  rec "
-          << std::fixed << std::setprecision(5) << running_rec / running_n << "  kl "
+          << std::fixed << std::setprecision(5) << running_rec / running_n << "  mean² "
           << std::setprecision(3) << running_kl / running_n << "  " << std::setprecision(0)
           << elapsed << " s (eta " << elapsed / (step + 1) * (o.vae_steps - step - 1) << " s)"
           << std::endl;
@@ -176,6 +204,28 @@ AutoencoderKLWan train_vae(const TrainOptions& o, const ComponentConfigs& config
     }
   }
   vae->eval();
+  return vae;
+}
+
+// The VAE of an earlier run's directory (TrainOptions::vae_from); its config
+// must be this recipe's but for the latent statistics, which are measured
+// again.
+AutoencoderKLWan load_trained_vae(const fs::path& model_dir, const ComponentConfigs& configs,
+                                  std::ostream& log) {
+  const auto folder = model_dir / "vae";
+  auto stored = io::read_json_file(folder / "config.json");
+  auto wanted = configs.vae;
+  for (auto* config : {&stored, &wanted}) {
+    config->erase("latents_mean");
+    config->erase("latents_std");
+  }
+  if (stored != wanted)
+    throw std::runtime_error((folder / "config.json").string() +
+                             " is not this recipe's VAE (sizes differ): train it again");
+  AutoencoderKLWan vae(AutoencoderKLWanConfig::from_json(configs.vae, "vae config"));
+  io::load_state_dict(*vae, io::Checkpoint::open_dir(folder, "diffusion_pytorch_model"));
+  vae->eval();
+  log << "vae  loaded from " << folder.string() << std::endl;
   return vae;
 }
 
@@ -373,6 +423,7 @@ TrainOptions TrainOptions::smoke() {
   o.vae_steps = 2;
   o.vae_batch = 1;
   o.vae_crop = 16;
+  o.vae_full_steps = 1;
   o.checkpoint_every = 0;
   o.dataset_clips = 4;
   o.dit_steps = 2;
@@ -391,6 +442,8 @@ void TrainOptions::validate() const {
   positive("vae_lr", vae_lr);
   if (vae_crop != 0 && (vae_crop < 8 || vae_crop % 8 != 0))
     throw std::invalid_argument("vae_crop must be 0 or a multiple of 8");
+  if (vae_full_steps < 0 || vae_full_steps > vae_steps)
+    throw std::invalid_argument("vae_full_steps must be in 0..vae_steps");
   if (vae_frames != 0 && (vae_frames < 1 || (vae_frames - 1) % 4 != 0))
     throw std::invalid_argument("vae_frames must be 0 or 1 + 4k");
   if (full_padding < 0 || full_padding > 1)
@@ -448,8 +501,15 @@ void train_tiny_shapes(const TrainOptions& o, const fs::path& out_dir, std::ostr
     throw std::runtime_error("the tokenizer has more pieces than the text encoder embeds");
   log << "tokenizer: " << tokenizer.vocab_size() << " pieces" << std::endl;
 
-  auto vae = train_vae(o, configs, rng, log);
+  // Each phase has its own seeded generators, so a run that reuses a trained
+  // VAE (vae_from) draws the same data and experts as one that trains it.
+  auto vae = o.vae_from.empty() ? train_vae(o, configs, rng, log)
+                                : load_trained_vae(o.vae_from, configs, log);
+  rng.seed(o.seed + 1);
+  torch::manual_seed(o.seed + 1);
   const auto data = encode_dataset(o, vae, configs, rng, log);
+  rng.seed(o.seed + 2);
+  torch::manual_seed(o.seed + 2);
   const auto write = [&](const Experts& experts) {
     write_model_dir(out_dir, configs,
                     {experts.text_encoder, experts.transformer, experts.transformer_2, vae});

@@ -22,16 +22,21 @@ struct TrainOptions {
   int threads = 2;
   ModelSizes sizes;
 
-  // VAE: reconstruction (weighted MSE + L1) + kl_weight · KL, AdamW, cosine
+  // VAE: reconstruction (weighted MSE + L1) + kl_weight · ½mean², AdamW, cosine
   // decay, on random vae_crop² windows of vae_frames frames of drawn clips
   // (the VAE is convolutional and causal, so windows teach it the whole clip
   // at a fraction of the cost).
-  int vae_steps = 1400;
+  int vae_steps = 1500;
   int vae_batch = 4;
   int vae_crop = 32;
+  int vae_full_steps = 300;  // the last steps, on whole frames
   int vae_frames = 9;
   double vae_lr = 2e-3;
   double kl_weight = 1e-4;
+  double latent_noise = 0.1;
+  // A model directory whose vae/ is reused instead of training one (same
+  // sizes); the rest of the run is what it would have been after training it.
+  std::filesystem::path vae_from;  // Note [A nearly deterministic VAE] in trainer.cpp
 
   // Clips encoded once with the trained VAE for the expert phase.
   int dataset_clips = 2000;
