@@ -42,7 +42,7 @@ struct TrainOptions {
   int dataset_clips = 2000;
 
   // Experts + text encoder: each step trains each expert on dit_batch clips.
-  int dit_steps = 4500;
+  int dit_steps = 5000;
   int dit_batch = 16;
   // Fraction of steps whose prompts are padded to the pipeline's full 512
   // tokens (Note [Prompt length in training]).
