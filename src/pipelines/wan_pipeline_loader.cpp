@@ -213,11 +213,14 @@ std::shared_ptr<WanPipeline> WanPipeline::load(const fs::path& dir, const LoadOp
   reader.finish();
 
   // Plan: every structural check before any weight is read.
-  std::optional<fs::path> defaults_path;
-  if (fs::exists(dir / "omni_defaults.json")) {
-    defaults_path = dir / "omni_defaults.json";
-    read_request_defaults(*defaults_path, {});  // parse errors before any weight is read
+  if (!pipe->config_.boundary_ratio) {
+    pipe->defaults_.steps = 50;
+    pipe->defaults_.guidance_scale = 5.0;
+    pipe->defaults_.guidance_scale_2 = 5.0;
   }
+  const auto defaults_path = dir / "omni_defaults.json";
+  const bool has_defaults_file = fs::exists(defaults_path);
+  if (has_defaults_file) pipe->defaults_ = read_request_defaults(defaults_path, pipe->defaults_);
   OMNI_CHECK(!pipe->config_.expand_timesteps, ConfigError, source,
              ": expand_timesteps = true (Wan2.2 TI2V per-token timesteps) is not supported");
   if (const auto& b = pipe->config_.boundary_ratio)
@@ -303,22 +306,14 @@ std::shared_ptr<WanPipeline> WanPipeline::load(const fs::path& dir, const LoadOp
   pipe->register_module("vae", pipe->vae.ptr());
   for (auto& p : pipe->parameters()) p.set_requires_grad(false);
 
-  if (!pipe->config_.boundary_ratio) {
-    pipe->defaults_.steps = 50;
-    pipe->defaults_.guidance_scale = 5.0;
-    pipe->defaults_.guidance_scale_2 = 5.0;
-  }
-  if (defaults_path) {
-    pipe->defaults_ = read_request_defaults(*defaults_path, pipe->defaults_);
-    // A request that sets nothing must be valid (Note [omni_defaults.json]).
-    if (pipe->has_text_encoder()) {
-      try {
-        GenerationRequest probe;
-        probe.prompt = "omni_defaults.json";
-        pipe->resolve(probe);
-      } catch (const InvalidRequest& e) {
-        throw ConfigError(detail::concat(defaults_path->string(), ": ", e.what()));
-      }
+  // A request that sets nothing must be valid (Note [omni_defaults.json]).
+  if (has_defaults_file && pipe->has_text_encoder()) {
+    try {
+      GenerationRequest probe;
+      probe.prompt = "omni_defaults.json";
+      pipe->resolve(probe);
+    } catch (const InvalidRequest& e) {
+      throw ConfigError(detail::concat(defaults_path.string(), ": ", e.what()));
     }
   }
   return pipe;

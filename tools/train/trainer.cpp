@@ -159,7 +159,7 @@ AutoencoderKLWan train_vae(const TrainOptions& o, const ComponentConfigs& config
   torch::optim::AdamW optimizer(
       vae->parameters(), torch::optim::AdamWOptions(o.vae_lr).betas({0.9, 0.99}).weight_decay(0.0));
   const auto start = Clock::now();
-  double running_rec = 0, running_kl = 0;
+  double running_rec = 0, running_mean_sq = 0;
   int running_n = 0;
   for (int step = 0; step < o.vae_steps; ++step) {
     set_lr(optimizer, scheduled_lr(o.vae_lr, step, o.vae_steps));
@@ -182,24 +182,24 @@ AutoencoderKLWan train_vae(const TrainOptions& o, const ComponentConfigs& config
     const auto decoded = vae->decode(z);
     const auto diff = decoded - batch.video;
     const auto rec = (batch.weight * (diff.pow(2) + 0.1 * diff.abs())).mean();
-    const auto kl = 0.5 * mean.pow(2).mean();
-    const auto loss = rec + o.kl_weight * kl;
+    const auto mean_sq = 0.5 * mean.pow(2).mean();
+    const auto loss = rec + o.kl_weight * mean_sq;
     optimizer.zero_grad();
     loss.backward();
     torch::nn::utils::clip_grad_norm_(vae->parameters(), 1.0);
     optimizer.step();
     running_rec += rec.item<double>();
-    running_kl += kl.item<double>();
+    running_mean_sq += mean_sq.item<double>();
     ++running_n;
     if ((step + 1) % o.log_every == 0 || step + 1 == o.vae_steps) {
       const double elapsed = seconds_since(start);
       log << "vae  step " << std::setw(5) << step + 1 << "/" << o.vae_steps << "  rec "
           << std::fixed << std::setprecision(5) << running_rec / running_n << "  mean² "
-          << std::setprecision(3) << running_kl / running_n << "  " << std::setprecision(0)
+          << std::setprecision(3) << running_mean_sq / running_n << "  " << std::setprecision(0)
           << elapsed << " s (eta " << elapsed / (step + 1) * (o.vae_steps - step - 1) << " s)"
           << std::endl;
       log.unsetf(std::ios::fixed);
-      running_rec = running_kl = 0;
+      running_rec = running_mean_sq = 0;
       running_n = 0;
     }
   }
