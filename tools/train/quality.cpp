@@ -104,23 +104,25 @@ ClipMeasurement measure_clip(const torch::Tensor& frames_in) {
   const std::array<double, 3> bg = {median(border[0]), median(border[1]), median(border[2])};
   m.background = nearest(kBackgrounds, bg);
 
+  // Pass 1: the object's colour, from pixels clearly off the background.
   std::array<std::vector<double>, 3> object_rgb;
-  std::vector<double> fills, areas, xs, ys, ts;
   std::vector<std::uint8_t> mask(static_cast<std::size_t>(H * W));
-  std::vector<std::uint8_t> in_object;
+  const auto frame_mask = [&](std::int64_t f, const auto& is_object) {
+    for (std::int64_t y = 0; y < H; ++y)
+      for (std::int64_t x = 0; x < W; ++x)
+        mask[y * W + x] = is_object(at(f, y, x, 0), at(f, y, x, 1), at(f, y, x, 2));
+    return largest_component(mask, H, W);
+  };
+  const auto off_background = [&](double r, double g, double b) {
+    const double d =
+        (r - bg[0]) * (r - bg[0]) + (g - bg[1]) * (g - bg[1]) + (b - bg[2]) * (b - bg[2]);
+    return d > kMaskDistance * kMaskDistance;
+  };
+  std::vector<double> areas, xs, ys, ts;
   for (std::int64_t f = 0; f < F; ++f) {
-    for (std::int64_t y = 0; y < H; ++y) {
-      for (std::int64_t x = 0; x < W; ++x) {
-        double d = 0;
-        for (int c = 0; c < 3; ++c) d += (at(f, y, x, c) - bg[c]) * (at(f, y, x, c) - bg[c]);
-        mask[y * W + x] = d > kMaskDistance * kMaskDistance;
-      }
-    }
-    const auto obj = largest_component(mask, H, W);
+    const auto obj = frame_mask(f, off_background);
     areas.push_back(static_cast<double>(obj.area));
     if (obj.area < kMinArea) continue;
-    const double box = static_cast<double>((obj.x1 - obj.x0 + 1) * (obj.y1 - obj.y0 + 1));
-    fills.push_back(static_cast<double>(obj.area) / box);
     xs.push_back(obj.cx);
     ys.push_back(obj.cy);
     ts.push_back(static_cast<double>(f));
@@ -133,11 +135,33 @@ ClipMeasurement measure_clip(const torch::Tensor& frames_in) {
   }
   m.object_area = median(areas);
   if (2 * static_cast<std::int64_t>(ts.size()) <= F) return m;  // no object in most frames
+  const std::array<double, 3> fg = {median(object_rgb[0]), median(object_rgb[1]),
+                                    median(object_rgb[2])};
+  m.foreground = nearest(kForegrounds, fg);
 
-  m.foreground =
-      nearest(kForegrounds, {median(object_rgb[0]), median(object_rgb[1]), median(object_rgb[2])});
-  m.fill = median(fills);
-  m.shape = m.fill >= 0.89 ? Shape::kSquare : m.fill >= 0.64 ? Shape::kCircle : Shape::kTriangle;
+  // Pass 2: the outline is where the colour is half-way from the background
+  // to the object's (blur-invariant, unlike a fixed distance).
+  std::array<double, 3> axis;
+  double axis_sq = 0;
+  for (int c = 0; c < 3; ++c) {
+    axis[c] = fg[c] - bg[c];
+    axis_sq += axis[c] * axis[c];
+  }
+  const auto object_side = [&](double r, double g, double b) {
+    const double t = (r - bg[0]) * axis[0] + (g - bg[1]) * axis[1] + (b - bg[2]) * axis[2];
+    return t > 0.5 * axis_sq;
+  };
+  std::vector<double> fills;
+  for (std::int64_t f = 0; f < F; ++f) {
+    const auto obj = frame_mask(f, object_side);
+    if (obj.area < kMinArea) continue;
+    const double box = static_cast<double>((obj.x1 - obj.x0 + 1) * (obj.y1 - obj.y0 + 1));
+    fills.push_back(static_cast<double>(obj.area) / box);
+  }
+  if (2 * static_cast<std::int64_t>(fills.size()) > F) {
+    m.fill = median(fills);
+    m.shape = m.fill >= 0.89 ? Shape::kSquare : m.fill >= 0.64 ? Shape::kCircle : Shape::kTriangle;
+  }
 
   // Least-squares slopes of the centroid against the frame index.
   const auto slope = [&](const std::vector<double>& v) {

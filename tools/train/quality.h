@@ -25,9 +25,13 @@ namespace omni::train {
 //   per frame, its largest 4-connected component is the object.
 // foreground: the per-channel median of the object pixels of all frames,
 //   named by the nearest foreground palette colour.
-// shape: the object's area over its bounding-box area (square 1, circle
-//   π/4 ≈ 0.79, triangle 1/2), median over frames: ≥ 0.89 square, ≥ 0.64
-//   circle, else triangle.
+// shape: per frame, the outline is where the colour is at least half-way
+//   from the background to that foreground colour (so a blurred edge stays
+//   where it was, whatever the contrast; a fixed distance from the
+//   background draws a low-contrast object thinner and a high-contrast one
+//   fatter); the largest component's area over its bounding-box area (square
+//   1, circle π/4 ≈ 0.79, triangle 1/2), median over frames: ≥ 0.89 square,
+//   ≥ 0.64 circle, else triangle.
 // motion: the least-squares slope of the object's centroid over the frames,
 //   times (F − 1): under kStillPixels of travel is still, else the dominant
 //   axis and its sign (image y grows downwards).
