@@ -27,6 +27,10 @@ int main(int argc, char** argv) {
   app.add_option("--vae-full-steps", f.vae_full_steps, "last VAE steps on whole frames")
       ->default_val(o.vae_full_steps);
   app.add_option("--z-dim", f.sizes.z_dim)->default_val(o.sizes.z_dim);
+  app.add_option("--vae-spatial", f.sizes.vae_spatial, "pixels per latent cell: 4 or 8")
+      ->default_val(o.sizes.vae_spatial);
+  app.add_option("--dit-patch", f.sizes.dit_patch, "latent cells per token side")
+      ->default_val(o.sizes.dit_patch);
   app.add_option("--dataset-clips", f.dataset_clips)->default_val(o.dataset_clips);
   app.add_option("--dit-steps", f.dit_steps)->default_val(o.dit_steps);
   app.add_option("--dit-batch", f.dit_batch)->default_val(o.dit_batch);
@@ -50,6 +54,8 @@ int main(int argc, char** argv) {
   if (given("--vae-from")) options.vae_from = f.vae_from;
   if (given("--vae-full-steps")) options.vae_full_steps = f.vae_full_steps;
   if (given("--z-dim")) options.sizes.z_dim = f.sizes.z_dim;
+  if (given("--vae-spatial")) options.sizes.vae_spatial = f.sizes.vae_spatial;
+  if (given("--dit-patch")) options.sizes.dit_patch = f.sizes.dit_patch;
   if (given("--dataset-clips")) options.dataset_clips = f.dataset_clips;
   if (given("--dit-steps")) options.dit_steps = f.dit_steps;
   if (given("--dit-batch")) options.dit_batch = f.dit_batch;

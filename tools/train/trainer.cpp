@@ -457,6 +457,12 @@ void TrainOptions::validate() const {
     throw std::invalid_argument("prompt_dropout must be in [0, 1)");
   if (ema_decay < 0 || ema_decay >= 1) throw std::invalid_argument("ema_decay must be in [0, 1)");
   if (sizes.text_dim % 16 != 0) throw std::invalid_argument("text_dim must be a multiple of 16");
+  if (sizes.vae_spatial != 4 && sizes.vae_spatial != 8)
+    throw std::invalid_argument("vae_spatial must be 4 or 8");
+  if (sizes.dit_patch < 1 || kClipGeometry.width % (sizes.vae_spatial * sizes.dit_patch) != 0 ||
+      kClipGeometry.height % (sizes.vae_spatial * sizes.dit_patch) != 0)
+    throw std::invalid_argument(
+        "dit_patch must be positive and vae_spatial * dit_patch must divide the clip size");
 }
 
 // Note [CPU threads on a shared machine]
