@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "omni/error.h"
 
@@ -16,6 +17,16 @@ torch::ScalarType upcast_type(torch::ScalarType type) {
 
 torch::Tensor upcast(const torch::Tensor& x) {
   return x.to(upcast_type(x.scalar_type()));
+}
+
+double lowest_value(torch::ScalarType type) {
+  if (type == torch::kDouble) return std::numeric_limits<double>::lowest();
+  if (type == torch::kFloat) return std::numeric_limits<float>::lowest();
+  if (type == torch::kBFloat16)
+    return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
+  if (type == torch::kHalf) return static_cast<double>(std::numeric_limits<c10::Half>::lowest());
+  throw InvalidRequest(omni::detail::concat("attention masks: weights of dtype ", type,
+                                            " are not supported (float64/32/16, bfloat16)"));
 }
 
 RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps, bool elementwise_affine) : eps_(eps) {

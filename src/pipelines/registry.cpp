@@ -1,8 +1,11 @@
-#include <map>
+#include <algorithm>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "omni/error.h"
 #include "omni/io/json_config.h"
+#include "omni/pipelines/omni_unified_pipeline.h"
 #include "omni/pipelines/pipeline.h"
 #include "omni/pipelines/wan_pipeline.h"
 #include "omni/pipelines/wan_shaped_example.h"
@@ -13,17 +16,28 @@ namespace omni::pipelines {
 
 namespace {
 std::mutex registry_mutex;
-std::map<std::string, PipelineFactory>& registry() {
+// In registration order, which is the order error messages list them in.
+std::vector<std::pair<std::string, PipelineFactory>>& registry() {
   // The library's own pipelines are listed here rather than registered by
   // static initialisers, which a static library would drop at link time.
-  static std::map<std::string, PipelineFactory> r = {{"WanPipeline", load_wan_pipeline}};
+  static std::vector<std::pair<std::string, PipelineFactory>> r = {
+      {"WanPipeline", load_wan_pipeline}, {"OmniUnifiedPipeline", load_omni_unified_pipeline}};
   return r;
+}
+
+std::vector<std::pair<std::string, PipelineFactory>>::iterator find_factory(
+    const std::string& class_name) {
+  auto& r = registry();
+  return std::find_if(r.begin(), r.end(), [&](const auto& e) { return e.first == class_name; });
 }
 }  // namespace
 
 void register_pipeline(const std::string& class_name, PipelineFactory factory) {
   std::lock_guard<std::mutex> lock(registry_mutex);
-  registry()[class_name] = std::move(factory);
+  if (auto it = find_factory(class_name); it != registry().end())
+    it->second = std::move(factory);
+  else
+    registry().emplace_back(class_name, std::move(factory));
 }
 
 std::vector<std::string> builtin_models() {
@@ -48,8 +62,7 @@ std::shared_ptr<Pipeline> load_pipeline(const std::string& model, const LoadOpti
   std::string known;
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
-    auto it = registry().find(class_name);
-    if (it != registry().end()) factory = it->second;
+    if (auto it = find_factory(class_name); it != registry().end()) factory = it->second;
     for (const auto& [name, f] : registry()) known += (known.empty() ? "" : ", ") + name;
   }
   OMNI_CHECK(factory != nullptr, ConfigError, index_path.string(), ": pipeline class '", class_name,

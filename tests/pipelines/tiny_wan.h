@@ -23,6 +23,7 @@
 #include "omni/models/wan/autoencoder_kl_wan.h"
 #include "omni/models/wan/umt5_encoder.h"
 #include "omni/models/wan/wan_transformer.h"
+#include "omni/omni.h"
 
 namespace tiny_wan {
 
@@ -75,6 +76,27 @@ inline fs::path temp_dir(const std::string& tag) {
 
 inline bool have_spm_train() {
   return std::system("command -v spm_train > /dev/null 2>&1") == 0;
+}
+
+// A fixture that skips its tests where text prompts cannot be tokenized (no
+// SentencePiece in this build, or no spm_train to make a tokenizer).
+class TextPipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!omni::io::Tokenizer::available()) GTEST_SKIP() << "built without OMNI_WITH_TOKENIZER";
+    if (!have_spm_train()) GTEST_SKIP() << "spm_train (Debian: sentencepiece) not found";
+  }
+};
+
+// Engine arguments for `model` on `device` (the sim stand-in by default), quiet.
+inline omni::EngineArgs engine_args(const fs::path& model, bool offload,
+                                    const std::string& device = "sim") {
+  omni::EngineArgs args;
+  args.model = model.string();
+  args.enable_cpu_offload = offload;
+  args.device = device;
+  args.offload.quiet = true;
+  return args;
 }
 
 // Trains a SentencePiece model with T5's special ids (pad 0, eos 1, unk 2, no

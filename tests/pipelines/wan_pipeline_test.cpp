@@ -42,22 +42,9 @@ const fs::path& single_expert_dir() {
   return dir;
 }
 
-class WanPipelineTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!io::Tokenizer::available()) GTEST_SKIP() << "built without OMNI_WITH_TOKENIZER";
-    if (!tiny_wan::have_spm_train()) GTEST_SKIP() << "spm_train (Debian: sentencepiece) not found";
-  }
-};
+class WanPipelineTest : public tiny_wan::TextPipelineTest {};
 
-EngineArgs engine_args(const fs::path& model, bool offload, const std::string& device = "sim") {
-  EngineArgs args;
-  args.model = model.string();
-  args.enable_cpu_offload = offload;
-  args.device = device;
-  args.offload.quiet = true;
-  return args;
-}
+using tiny_wan::engine_args;
 
 GenerationRequest request(std::uint64_t seed = 5) {
   GenerationRequest r;

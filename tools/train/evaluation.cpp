@@ -7,7 +7,9 @@
 #include <iomanip>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
+#include "omni/pipelines/omni_unified_pipeline.h"
 #include "omni/pipelines/wan_pipeline.h"
 
 namespace omni::train {
@@ -34,15 +36,26 @@ EvalResult evaluate_model(pipelines::Pipeline& pipe, const std::vector<EvalCase>
   return result;
 }
 
+namespace {
+// The Wan VAE of the pipelines that have one.
+models::wan::AutoencoderKLWan vae_of(pipelines::Pipeline& pipe) {
+  if (auto* wan = dynamic_cast<pipelines::WanPipeline*>(&pipe)) return wan->vae;
+  if (auto* unified = dynamic_cast<pipelines::OmniUnifiedPipeline*>(&pipe)) return unified->vae;
+  throw std::invalid_argument(
+      "evaluate_reconstruction needs a WanPipeline or an "
+      "OmniUnifiedPipeline, not a " +
+      pipe.class_name());
+}
+}  // namespace
+
 EvalResult evaluate_reconstruction(pipelines::Pipeline& pipe, const std::vector<EvalCase>& cases) {
-  auto* wan = dynamic_cast<pipelines::WanPipeline*>(&pipe);
-  TORCH_CHECK(wan != nullptr, "evaluate_reconstruction needs a WanPipeline");
+  auto vae = vae_of(pipe);
   c10::InferenceMode inference;
   EvalResult result;
   for (const auto& c : cases) {
     std::mt19937_64 rng(c.seed);
     const auto video = draw_clip(place_clip(rng, c.spec)).unsqueeze(0);
-    const auto decoded = wan->vae->decode(wan->vae->encode(video).mean);
+    const auto decoded = vae->decode(vae->encode(video).mean);
     const auto frames = to_uint8_frames(decoded[0]);
     CaseResult r{c, prompt_of(c.spec), measure_clip(frames), {}, frames};
     r.score = score(r.measured, c.spec);

@@ -44,6 +44,7 @@ EvalResult evaluate_model(pipelines::Pipeline& pipe, const std::vector<EvalCase>
 // The VAE alone: each case's spec drawn (shapes.h, placed from its seed),
 // encoded to the posterior mean and decoded, then measured like a generated
 // clip. The upper bound of what the experts can reach through this VAE.
+// `pipe` is a WanPipeline or an OmniUnifiedPipeline (their VAEs are alike).
 EvalResult evaluate_reconstruction(pipelines::Pipeline& pipe, const std::vector<EvalCase>& cases);
 
 // One line per case, then the rates per split.

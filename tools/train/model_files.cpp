@@ -8,12 +8,13 @@
 #include "omni/io/checkpoint.h"
 #include "omni/io/safetensors.h"
 #include "shapes.h"
+#include "training_parts.h"
 
 namespace fs = std::filesystem;
 
 namespace omni::train {
 
-namespace {
+namespace parts {
 
 void write_json(const fs::path& path, const nlohmann::json& json) {
   fs::create_directories(path.parent_path());
@@ -21,6 +22,20 @@ void write_json(const fs::path& path, const nlohmann::json& json) {
   out << json.dump(2) << "\n";
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
+
+void save_float32(const torch::nn::Module& module, const fs::path& file,
+                  const std::vector<std::string>& skip) {
+  fs::create_directories(file.parent_path());
+  auto state = io::named_state(module, skip);
+  for (auto& [name, tensor] : state) tensor = tensor.detach().to(torch::kFloat32).contiguous();
+  io::save_safetensors(file, state);
+}
+
+}  // namespace parts
+
+using parts::write_json;
+
+namespace {
 
 std::string quoted(const fs::path& path) {
   std::string out = "'";
@@ -164,13 +179,7 @@ fs::path train_tokenizer(const fs::path& dir, const std::vector<std::string>& se
 void write_model_dir(const fs::path& dir, const ComponentConfigs& configs,
                      const TrainedModel& model) {
   fs::create_directories(dir);
-  const auto save = [](const torch::nn::Module& module, const fs::path& file,
-                       const std::vector<std::string>& skip) {
-    fs::create_directories(file.parent_path());
-    auto state = io::named_state(module, skip);
-    for (auto& [name, tensor] : state) tensor = tensor.detach().to(torch::kFloat32).contiguous();
-    io::save_safetensors(file, state);
-  };
+  const auto& save = parts::save_float32;
   write_json(dir / "text_encoder" / "config.json", configs.text_encoder);
   save(*model.text_encoder, dir / "text_encoder" / "model.safetensors", {});
   const auto skip = models::wan::WanTransformer3DModelImpl::non_persistent_buffers();

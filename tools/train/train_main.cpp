@@ -1,20 +1,27 @@
 // omni-train OUT_DIR [--smoke] [--seed N] [...]: trains models/tiny-shapes
 // from nothing (trainer.h) and writes it as a diffusers directory.
+// omni-train OUT_DIR --unified --vae-from DIR [...]: trains the unified split
+// model (OmniUnifiedPipeline, unified_trainer.h) on the same data, reusing
+// DIR's VAE and tokenizer.
 // Exit status: 0 written; 1 training failed; 2 bad arguments.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 
 #include "trainer.h"
+#include "unified_trainer.h"
 
 int main(int argc, char** argv) {
   omni::train::ensure_passive_openmp(argv);
   CLI::App app{"Trains the tiny-shapes Wan model (tools/train) and writes its directory"};
   std::string out_dir;
   bool smoke = false;
+  bool unified = false;
   omni::train::TrainOptions o;
   app.add_option("out_dir", out_dir, "model directory to write")->required();
   app.add_flag("--smoke", smoke, "tiny sizes and a few steps (CI): checks the trainer runs");
+  app.add_flag("--unified", unified,
+               "train the unified split model (reasoner + one generator); needs --vae-from");
   // Parsed into a separate object so --smoke's recipe can be overridden per field.
   omni::train::TrainOptions f;
   app.add_option("--seed", f.seed, "seed of every random draw")->default_val(o.seed);
@@ -67,12 +74,17 @@ int main(int argc, char** argv) {
   if (given("--log-every")) options.log_every = f.log_every;
   try {
     options.validate();
+    if (unified && options.vae_from.empty())
+      throw std::invalid_argument("--unified needs --vae-from DIR (a trained tiny-shapes model)");
   } catch (const std::exception& e) {
     std::cerr << "omni-train: " << e.what() << "\n";
     return 2;
   }
   try {
-    omni::train::train_tiny_shapes(options, out_dir, std::cout);
+    if (unified)
+      omni::train::train_tiny_shapes_unified(options, out_dir, std::cout);
+    else
+      omni::train::train_tiny_shapes(options, out_dir, std::cout);
   } catch (const std::exception& e) {
     std::cerr << "omni-train: " << e.what() << "\n";
     return 1;

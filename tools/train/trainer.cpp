@@ -13,12 +13,14 @@
 #include <functional>
 #include <iomanip>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 
 #include "omni/io/checkpoint.h"
 #include "omni/io/json_config.h"
 #include "omni/io/tokenizer.h"
 #include "shapes.h"
+#include "training_parts.h"
 
 namespace fs = std::filesystem;
 
@@ -32,7 +34,7 @@ using models::wan::UMT5Config;
 using models::wan::UMT5EncoderModel;
 using models::wan::WanTransformer3DConfig;
 using models::wan::WanTransformer3DModel;
-using Clock = std::chrono::steady_clock;
+using namespace parts;
 
 // Note [Prompt length in training]
 // WanPipeline encodes every prompt padded to 512 tokens (diffusers'
@@ -47,51 +49,6 @@ using Clock = std::chrono::steady_clock;
 // (full_padding) pad to the full 512: the experts learn to be independent of
 // the padding, and the inference context is one they were trained on.
 constexpr std::int64_t kInferenceSequenceLength = 512;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Note [Initialisation]
-// The models' constructors leave weights zero (VAE) or at LibTorch defaults;
-// training starts from: biases 0; norm scales 1; embeddings N(0, 1); other
-// matrices and kernels N(0, 1/fan_in), T5's query projections a further
-// 1/√d_kv (T5 does not scale its attention logits); the experts' output
-// projection 0 (so each starts by predicting zero velocity); the experts'
-// scale_shift_tables as constructed (N(0, 1/dim), from the seeded generator).
-void initialise(torch::nn::Module& module, double query_scale = 1.0) {
-  torch::NoGradGuard no_grad;
-  for (auto& item : module.named_parameters()) {
-    auto& p = item.value();
-    const auto& name = item.key();
-    if (name.find("scale_shift_table") != std::string::npos) continue;
-    if (name.ends_with("bias") || name.starts_with("proj_out.")) {
-      p.zero_();
-    } else if (name.ends_with("gamma") || p.dim() == 1) {
-      p.fill_(1.0);
-    } else if (name == "shared.weight" || name.ends_with("embed_tokens.weight")) {
-      p.normal_(0.0, 1.0);
-    } else {
-      const double fan_in = static_cast<double>(p.numel() / p.size(0));
-      double std = 1.0 / std::sqrt(fan_in);
-      if (name.ends_with(".q.weight")) std *= query_scale;
-      p.normal_(0.0, std);
-    }
-  }
-}
-
-void set_lr(torch::optim::AdamW& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups())
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-}
-
-// Linear warm-up, then cosine decay to 10% of the peak.
-double scheduled_lr(double peak, int step, int total) {
-  const int warmup = std::min(100, std::max(1, total / 10));
-  if (step < warmup) return peak * (step + 1) / warmup;
-  const double progress = static_cast<double>(step - warmup) / std::max(1, total - warmup);
-  return peak * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * progress)));
-}
 
 // A batch of drawn training clips [B, 3, F, H, W] and the weight of each
 // pixel in the reconstruction loss: 1 on the background, 9 on and around the
@@ -207,9 +164,55 @@ AutoencoderKLWan train_vae(const TrainOptions& o, const ComponentConfigs& config
   return vae;
 }
 
-// The VAE of an earlier run's directory (TrainOptions::vae_from); its config
-// must be this recipe's but for the latent statistics, which are measured
-// again.
+}  // namespace
+
+namespace parts {
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Note [Initialisation]
+// The models' constructors leave weights zero (VAE) or at LibTorch defaults;
+// training starts from: biases 0; norm scales 1; embeddings N(0, 1); other
+// matrices and kernels N(0, 1/fan_in), T5's query projections a further
+// 1/√d_kv (T5 does not scale its attention logits); the experts' output
+// projection 0 (so each starts by predicting zero velocity); the experts'
+// scale_shift_tables as constructed (N(0, 1/dim), from the seeded generator).
+void initialise(torch::nn::Module& module, double query_scale) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters()) {
+    auto& p = item.value();
+    const auto& name = item.key();
+    if (name.find("scale_shift_table") != std::string::npos) continue;
+    if (name.ends_with("bias") || name.starts_with("proj_out.")) {
+      p.zero_();
+    } else if (name.ends_with("gamma") || p.dim() == 1) {
+      p.fill_(1.0);
+    } else if (name == "shared.weight" || name.ends_with("embed_tokens.weight")) {
+      p.normal_(0.0, 1.0);
+    } else {
+      const double fan_in = static_cast<double>(p.numel() / p.size(0));
+      double std = 1.0 / std::sqrt(fan_in);
+      if (name.ends_with(".q.weight")) std *= query_scale;
+      p.normal_(0.0, std);
+    }
+  }
+}
+
+void set_lr(torch::optim::AdamW& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups())
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+}
+
+// Linear warm-up, then cosine decay to 10% of the peak.
+double scheduled_lr(double peak, int step, int total) {
+  const int warmup = std::min(100, std::max(1, total / 10));
+  if (step < warmup) return peak * (step + 1) / warmup;
+  const double progress = static_cast<double>(step - warmup) / std::max(1, total - warmup);
+  return peak * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
 AutoencoderKLWan load_trained_vae(const fs::path& model_dir, const ComponentConfigs& configs,
                                   std::ostream& log) {
   const auto folder = model_dir / "vae";
@@ -228,14 +231,6 @@ AutoencoderKLWan load_trained_vae(const fs::path& model_dir, const ComponentConf
   log << "vae  loaded from " << folder.string() << std::endl;
   return vae;
 }
-
-// Posterior means of `count` fresh training clips, per-channel normalised
-// (the statistics go into the VAE config, which the pipeline un-normalises
-// with), and their prompts.
-struct LatentSet {
-  torch::Tensor latents;  // [N, z, T, h, w], normalised
-  std::vector<std::string> prompts;
-};
 
 LatentSet encode_dataset(const TrainOptions& o, AutoencoderKLWan& vae, ComponentConfigs& configs,
                          std::mt19937_64& rng, std::ostream& log) {
@@ -268,6 +263,119 @@ LatentSet encode_dataset(const TrainOptions& o, AutoencoderKLWan& vae, Component
   return set;
 }
 
+double shifted_sigma(double u) {
+  return kFlowShift * u / (1.0 + (kFlowShift - 1.0) * u);
+}
+double unshifted(double sigma) {
+  return sigma / (kFlowShift - (kFlowShift - 1.0) * sigma);
+}
+
+Example draw_example(std::mt19937_64& rng, const LatentSet& data, double prompt_dropout) {
+  Example e;
+  e.index = std::uniform_int_distribution<std::int64_t>(0, data.latents.size(0) - 1)(rng);
+  const bool dropped = std::uniform_real_distribution<double>(0.0, 1.0)(rng) < prompt_dropout;
+  e.prompt = dropped ? std::string() : data.prompts[static_cast<std::size_t>(e.index)];
+  return e;
+}
+
+FlowBatch flow_matching_batch(const torch::Tensor& latents, const std::vector<std::int64_t>& index,
+                              const std::vector<float>& sigmas) {
+  const auto x0 = latents.index_select(0, torch::tensor(index, torch::kInt64));
+  const auto sigma = torch::tensor(sigmas, torch::kFloat32);
+  const auto s = sigma.view({-1, 1, 1, 1, 1});
+  const auto noise = torch::randn_like(x0);
+  return {(1.0 - s) * x0 + s * noise, noise - x0, sigma * static_cast<double>(kNumTrainTimesteps)};
+}
+
+std::int64_t longest_prompt_tokens(const io::Tokenizer& tokenizer,
+                                   const std::vector<std::string>& prompts) {
+  std::int64_t length = 2;
+  for (const auto& p : prompts)
+    length =
+        std::max<std::int64_t>(length, static_cast<std::int64_t>(tokenizer.encode(p).size()) + 1);
+  return length;
+}
+
+void optimizer_step(torch::optim::AdamW& optimizer, const torch::Tensor& loss,
+                    const std::vector<torch::Tensor>& params) {
+  optimizer.zero_grad();
+  loss.backward();
+  torch::nn::utils::clip_grad_norm_(params, 1.0);
+  optimizer.step();
+}
+
+EmaWeights::EmaWeights(std::vector<torch::Tensor> params) : params_(std::move(params)) {
+  for (auto& p : params_) average_.push_back(p.detach().clone());
+}
+
+void EmaWeights::update(int step, double decay) {
+  torch::NoGradGuard no_grad;
+  const double d = std::min(decay, (1.0 + step) / (10.0 + step));
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    average_[i].mul_(d).add_(params_[i].detach(), 1.0 - d);
+}
+
+void EmaWeights::with_average(const std::function<void()>& fn) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> trained;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    trained.push_back(params_[i].detach().clone());
+    params_[i].copy_(average_[i]);
+  }
+  fn();
+  for (std::size_t i = 0; i < params_.size(); ++i) params_[i].copy_(trained[i]);
+}
+
+void EmaWeights::install() {
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) params_[i].copy_(average_[i]);
+}
+
+std::string elapsed_and_eta(Clock::time_point start, int done, int total) {
+  const double elapsed = seconds_since(start);
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(0) << elapsed << " s (eta "
+      << elapsed / done * (total - done) << " s)";
+  return out.str();
+}
+
+bool checkpoint_due(const TrainOptions& o, int step) {
+  return o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0 && step + 1 < o.dit_steps;
+}
+
+TrainingRun begin_run(const TrainOptions& o, const fs::path& out_dir) {
+  o.validate();
+  configure_cpu(o.threads);
+  torch::manual_seed(o.seed);
+  TrainingRun run{std::mt19937_64(o.seed), Clock::now(), component_configs(o.sizes)};
+  fs::create_directories(out_dir);
+  return run;
+}
+
+TrainingData prepare_training_data(const TrainOptions& o, ComponentConfigs& configs,
+                                   std::mt19937_64& rng, std::ostream& log) {
+  // Each phase has its own seeded generators, so a run that reuses a trained
+  // VAE (vae_from) draws the same data and experts as one that trains it.
+  auto vae = o.vae_from.empty() ? train_vae(o, configs, rng, log)
+                                : load_trained_vae(o.vae_from, configs, log);
+  rng.seed(o.seed + 1);
+  torch::manual_seed(o.seed + 1);
+  auto data = encode_dataset(o, vae, configs, rng, log);
+  rng.seed(o.seed + 2);
+  torch::manual_seed(o.seed + 2);
+  return {vae, std::move(data)};
+}
+
+void log_written(std::ostream& log, const fs::path& out_dir, Clock::time_point start) {
+  log << "wrote " << out_dir.string() << " in " << std::fixed << std::setprecision(0)
+      << seconds_since(start) << " s" << std::endl;
+  log.unsetf(std::ios::fixed);
+}
+
+}  // namespace parts
+
+namespace {
+
 // Note [Training the experts]
 // Rectified flow as the pipeline samples it (FlowMatchEulerDiscreteScheduler):
 // x_σ = (1 − σ)·x₀ + σ·ε, the expert predicts v = ε − x₀ at timestep 1000·σ,
@@ -284,13 +392,6 @@ struct Experts {
   WanTransformer3DModel transformer{nullptr};
   WanTransformer3DModel transformer_2{nullptr};
 };
-
-double shifted_sigma(double u) {
-  return kFlowShift * u / (1.0 + (kFlowShift - 1.0) * u);
-}
-double unshifted(double sigma) {
-  return sigma / (kFlowShift - (kFlowShift - 1.0) * sigma);
-}
 
 using CheckpointFn = std::function<void(const Experts&)>;
 
@@ -312,36 +413,19 @@ Experts train_experts(const TrainOptions& o, const ComponentConfigs& configs,
   for (auto* m : std::initializer_list<torch::nn::Module*>{
            e.text_encoder.get(), e.transformer.get(), e.transformer_2.get()})
     for (auto& p : m->parameters()) params.push_back(p);
-  std::vector<torch::Tensor> ema;
-  for (auto& p : params) ema.push_back(p.detach().clone());
+  EmaWeights ema(params);
   torch::optim::AdamW optimizer(
       params, torch::optim::AdamWOptions(o.dit_lr).betas({0.9, 0.99}).weight_decay(0.01));
 
   // Every prompt (and "") fits with its EOS; Note [Prompt length in training].
-  std::int64_t length = 2;
-  for (const auto& p : data.prompts)
-    length =
-        std::max<std::int64_t>(length, static_cast<std::int64_t>(tokenizer.encode(p).size()) + 1);
-  const std::int64_t n = data.latents.size(0);
+  const std::int64_t length = longest_prompt_tokens(tokenizer, data.prompts);
   const int B = o.dit_batch;
   const double u_boundary = unshifted(kBoundaryRatio);
-  std::uniform_int_distribution<std::int64_t> pick(0, n - 1);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
 
   const auto start = Clock::now();
   double running[2] = {0, 0};
   int running_n = 0;
-  // Calls `fn` with the EMA weights in place of the trained ones.
-  const auto with_ema = [&](const auto& fn) {
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> trained;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      trained.push_back(params[i].detach().clone());
-      params[i].copy_(ema[i]);
-    }
-    fn();
-    for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(trained[i]);
-  };
   for (int step = 0; step < o.dit_steps; ++step) {
     set_lr(optimizer, scheduled_lr(o.dit_lr, step, o.dit_steps));
     const bool full = unit(rng) < o.full_padding;
@@ -349,8 +433,9 @@ Experts train_experts(const TrainOptions& o, const ComponentConfigs& configs,
     std::vector<std::string> prompts;
     std::vector<float> sigmas;
     for (int i = 0; i < 2 * B; ++i) {
-      index.push_back(pick(rng));
-      prompts.push_back(unit(rng) < o.prompt_dropout ? std::string() : data.prompts[index.back()]);
+      auto example = draw_example(rng, data, o.prompt_dropout);
+      index.push_back(example.index);
+      prompts.push_back(std::move(example.prompt));
       // The first B for the high-noise expert, the rest for the low-noise one.
       const double u = i < B ? u_boundary + (1.0 - u_boundary) * unit(rng) : u_boundary * unit(rng);
       sigmas.push_back(static_cast<float>(shifted_sigma(u)));
@@ -361,50 +446,30 @@ Experts train_experts(const TrainOptions& o, const ComponentConfigs& configs,
     if (full)
       context = torch::cat(
           {context, torch::zeros({2 * B, kInferenceSequenceLength - length, context.size(2)})}, 1);
-    const auto x0 = data.latents.index_select(0, torch::tensor(index, torch::kInt64));
-    const auto sigma = torch::tensor(sigmas, torch::kFloat32);
-    const auto s = sigma.view({-1, 1, 1, 1, 1});
-    const auto noise = torch::randn_like(x0);
-    const auto noisy = (1.0 - s) * x0 + s * noise;
-    const auto target = noise - x0;
-    const auto timestep = sigma * static_cast<double>(kNumTrainTimesteps);
+    const auto [noisy, target, timestep] = flow_matching_batch(data.latents, index, sigmas);
     const auto hi =
         e.transformer(noisy.narrow(0, 0, B), timestep.narrow(0, 0, B), context.narrow(0, 0, B));
     const auto lo =
         e.transformer_2(noisy.narrow(0, B, B), timestep.narrow(0, B, B), context.narrow(0, B, B));
     const auto loss_hi = torch::mse_loss(hi, target.narrow(0, 0, B));
     const auto loss_lo = torch::mse_loss(lo, target.narrow(0, B, B));
-    optimizer.zero_grad();
-    (loss_hi + loss_lo).backward();
-    torch::nn::utils::clip_grad_norm_(params, 1.0);
-    optimizer.step();
-    {
-      torch::NoGradGuard no_grad;
-      const double decay = std::min(o.ema_decay, (1.0 + step) / (10.0 + step));
-      for (std::size_t i = 0; i < params.size(); ++i)
-        ema[i].mul_(decay).add_(params[i].detach(), 1.0 - decay);
-    }
+    optimizer_step(optimizer, loss_hi + loss_lo, params);
+    ema.update(step, o.ema_decay);
     running[0] += loss_hi.item<double>();
     running[1] += loss_lo.item<double>();
     ++running_n;
     if ((step + 1) % o.log_every == 0 || step + 1 == o.dit_steps) {
-      const double elapsed = seconds_since(start);
       log << "dit  step " << std::setw(5) << step + 1 << "/" << o.dit_steps << "  loss high "
           << std::fixed << std::setprecision(4) << running[0] / running_n << "  low "
-          << running[1] / running_n << "  " << std::setprecision(0) << elapsed << " s (eta "
-          << elapsed / (step + 1) * (o.dit_steps - step - 1) << " s)" << std::endl;
+          << running[1] / running_n << "  " << elapsed_and_eta(start, step + 1, o.dit_steps)
+          << std::endl;
       log.unsetf(std::ios::fixed);
       running[0] = running[1] = 0;
       running_n = 0;
     }
-    if (checkpoint && o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0 &&
-        step + 1 < o.dit_steps)
-      with_ema([&] { checkpoint(e); });
+    if (checkpoint && checkpoint_due(o, step)) ema.with_average([&] { checkpoint(e); });
   }
-  {
-    torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(ema[i]);
-  }
+  ema.install();
   return e;
 }
 
@@ -488,13 +553,9 @@ void ensure_passive_openmp(char** argv) {
 }
 
 void train_tiny_shapes(const TrainOptions& o, const fs::path& out_dir, std::ostream& log) {
-  o.validate();
-  configure_cpu(o.threads);
-  torch::manual_seed(o.seed);
-  std::mt19937_64 rng(o.seed);
-  const auto start = Clock::now();
-  auto configs = component_configs(o.sizes);
-  fs::create_directories(out_dir);
+  auto run = begin_run(o, out_dir);
+  auto& rng = run.rng;
+  auto& configs = run.configs;
 
   // Tokenizer: the grammar's training prompts only (held-out combinations
   // use the same words; Note [Held-out combinations]).
@@ -507,15 +568,7 @@ void train_tiny_shapes(const TrainOptions& o, const fs::path& out_dir, std::ostr
     throw std::runtime_error("the tokenizer has more pieces than the text encoder embeds");
   log << "tokenizer: " << tokenizer.vocab_size() << " pieces" << std::endl;
 
-  // Each phase has its own seeded generators, so a run that reuses a trained
-  // VAE (vae_from) draws the same data and experts as one that trains it.
-  auto vae = o.vae_from.empty() ? train_vae(o, configs, rng, log)
-                                : load_trained_vae(o.vae_from, configs, log);
-  rng.seed(o.seed + 1);
-  torch::manual_seed(o.seed + 1);
-  const auto data = encode_dataset(o, vae, configs, rng, log);
-  rng.seed(o.seed + 2);
-  torch::manual_seed(o.seed + 2);
+  auto [vae, data] = prepare_training_data(o, configs, rng, log);
   const auto write = [&](const Experts& experts) {
     write_model_dir(out_dir, configs,
                     {experts.text_encoder, experts.transformer, experts.transformer_2, vae});
@@ -525,9 +578,7 @@ void train_tiny_shapes(const TrainOptions& o, const fs::path& out_dir, std::ostr
     log << "checkpoint written to " << out_dir.string() << std::endl;
   });
   write(experts);
-  log << "wrote " << out_dir.string() << " in " << std::fixed << std::setprecision(0)
-      << seconds_since(start) << " s" << std::endl;
-  log.unsetf(std::ios::fixed);
+  log_written(log, out_dir, run.start);
 }
 
 }  // namespace omni::train

@@ -23,6 +23,11 @@ torch::ScalarType upcast_type(torch::ScalarType type);
 // `x` converted to upcast_type(x.scalar_type()); no copy when already there.
 torch::Tensor upcast(const torch::Tensor& x);
 
+// torch.finfo(type).min: the additive value that masks an attention key out
+// (finite, so a row whose keys are all masked stays finite). InvalidRequest
+// for a type that is not float64/32/16 or bfloat16.
+double lowest_value(torch::ScalarType type);
+
 // torch.nn.RMSNorm over the last dimension: x·rsqrt(mean(x²) + eps), rounded
 // back to x's dtype, then times `weight` (when affine). Parameter: `weight`.
 class RMSNormImpl : public Module {

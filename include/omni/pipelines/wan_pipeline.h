@@ -44,6 +44,7 @@
 #include "omni/models/wan/umt5_encoder.h"
 #include "omni/models/wan/wan_transformer.h"
 #include "omni/pipelines/pipeline.h"
+#include "omni/pipelines/wan_video_stages.h"
 #include "omni/schedulers/scheduler.h"
 
 namespace omni::pipelines {
@@ -73,53 +74,8 @@ struct WanPipelineConfig {
   bool expand_timesteps = false;
 };
 
-// What one denoising step saw and produced; tensors are on the compute device.
-struct DenoiseStep {
-  int index = 0;  // 0-based
-  int total = 0;
-  int expert = 0;  // 0 = transformer, 1 = transformer_2
-  double guidance_scale = 1.0;
-  torch::Tensor timestep;    // [B], the schedule's dtype (int64 for UniPC), as the expert got it
-  torch::Tensor latents_in;  // the scheduler's sample before the step
-  torch::Tensor noise_pred_cond;    // expert output with prompt_embeds
-  torch::Tensor noise_pred_uncond;  // with negative_prompt_embeds; undefined without CFG
-  torch::Tensor noise_pred;         // the guided prediction given to scheduler.step
-  torch::Tensor latents_out;        // scheduler.step's result
-};
-// Called after every step, on the caller's thread; must not keep the tensors
-// beyond the call unless it copies them (they are the loop's own).
-using StepObserver = std::function<void(const DenoiseStep&)>;
-
-struct DenoiseArgs {
-  int steps = 40;
-  double guidance_scale = 4.0;
-  // Used for transformer_2's steps; null means guidance_scale (as diffusers).
-  std::optional<double> guidance_scale_2;
-};
-
-struct DenoiseResult {
-  torch::Tensor latents;    // final latents, on the compute device
-  torch::Tensor timesteps;  // the schedule that ran (CPU)
-  torch::Tensor sigmas;     // its noise levels (CPU, steps + 1)
-};
-
-// Request defaults (diffusers' where it has them): a two-expert model
-// (boundary_ratio set) uses the Wan2.2 A14B recipe — 40 steps, guidance 4.0 for
-// the high-noise and 3.0 for the low-noise expert; a single-expert model uses
-// WanPipeline.__call__'s 50 steps and 5.0. Both: 832×480, 81 frames, 16 fps.
-// A request that sets guidance_scale but not guidance_scale_2 uses
-// guidance_scale for both experts, as diffusers does. A model directory may
-// override any of them in omni_defaults.json (Note [omni_defaults.json] in
-// wan_pipeline_loader.cpp).
-struct WanDefaults {
-  int steps = 40;
-  double guidance_scale = 4.0;
-  double guidance_scale_2 = 3.0;
-  int width = 832;
-  int height = 480;
-  int num_frames = 81;
-  int fps = 16;
-};
+// DenoiseStep, StepObserver, DenoiseArgs, DenoiseResult and WanDefaults are
+// shared with the other pipelines over Wan latents (wan_video_stages.h).
 
 class WanPipeline final : public Pipeline {
  public:
@@ -138,12 +94,12 @@ class WanPipeline final : public Pipeline {
   // DiTs: transformer (and transformer_2 when present); encoder: text_encoder
   // when present; VAE: vae.
   offload::ComponentSpec components() const override;
-  // Fills the defaults (WanDefaults) and validates: InvalidRequest naming the
-  // field for an empty prompt, steps outside 1..1000, a width/height that is
-  // not a positive multiple of vae×patch (16), num_frames ≠ 4k+1, sizes beyond
-  // the transformer's RoPE table, guidance_scale_2 on a single-expert model,
-  // non-finite guidance or fps outside 1..240. ConfigError when the model has
-  // no text encoder.
+  // Fills the defaults (WanDefaults) and validates (resolve_video_request):
+  // InvalidRequest naming the field for an empty prompt, steps outside
+  // 1..1000, a width/height that is not a positive multiple of vae×patch
+  // (16), num_frames ≠ 4k+1, sizes beyond the transformer's RoPE table,
+  // guidance_scale_2 on a single-expert model, non-finite guidance or fps
+  // outside 1..240. ConfigError when the model has no text encoder.
   GenerationRequest resolve(const GenerationRequest& request) const override;
   // Encodes the prompts, draws the initial noise from request.seed on a CPU
   // generator, denoises, decodes. frames: uint8 [F, H, W, 3].
@@ -178,9 +134,13 @@ class WanPipeline final : public Pipeline {
   torch::Tensor decode(const torch::Tensor& z);
   // [B, 3, F, H, W] in [-1, 1] → float32 [B, F, 3, H, W] in [0, 1]
   // (diffusers' postprocess_video with output_type "pt").
-  static torch::Tensor postprocess_video(const torch::Tensor& decoded);
+  static torch::Tensor postprocess_video(const torch::Tensor& decoded) {
+    return pipelines::postprocess_video(decoded);
+  }
   // float [B, F, 3, H, W] in [0, 1] → uint8 [B, F, H, W, 3] (×255, rounded).
-  static torch::Tensor to_uint8_frames(const torch::Tensor& video);
+  static torch::Tensor to_uint8_frames(const torch::Tensor& video) {
+    return pipelines::to_uint8_frames(video);
+  }
 
   // A fresh scheduler from the directory's scheduler config.
   std::unique_ptr<schedulers::Scheduler> make_scheduler() const;

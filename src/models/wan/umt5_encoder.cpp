@@ -1,11 +1,10 @@
 // UMT5Stack (as the encoder) and UMT5EncoderModel.
 #include <torch/torch.h>
 
-#include <limits>
-
 #include "models/wan/parameter_count.h"
 #include "omni/error.h"
 #include "omni/models/wan/umt5_encoder.h"
+#include "omni/nn/layers.h"
 
 namespace omni::models::wan {
 
@@ -14,17 +13,6 @@ namespace {
 const UMT5Config& validated(const UMT5Config& config) {
   config.validate();
   return config;
-}
-
-// torch.finfo(dtype).min: the additive value that masks a key out.
-double lowest_value(torch::ScalarType type) {
-  if (type == torch::kDouble) return std::numeric_limits<double>::lowest();
-  if (type == torch::kFloat) return std::numeric_limits<float>::lowest();
-  if (type == torch::kBFloat16)
-    return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
-  if (type == torch::kHalf) return static_cast<double>(std::numeric_limits<c10::Half>::lowest());
-  throw InvalidRequest(detail::concat("UMT5EncoderModel: weights of dtype ", type,
-                                      " are not supported (float64/32/16, bfloat16)"));
 }
 
 }  // namespace
@@ -55,7 +43,7 @@ torch::Tensor UMT5StackImpl::forward(const torch::Tensor& input_ids,
   torch::Tensor additive_mask;
   if (attention_mask.defined()) {
     const auto mask = attention_mask.to(device, dtype).reshape({batch, 1, 1, length});
-    additive_mask = (1.0 - mask) * lowest_value(dtype);
+    additive_mask = (1.0 - mask) * omni::nn::lowest_value(dtype);
   }
   const auto buckets =
       umt5_relative_position_buckets(length, length, config_.relative_attention_num_buckets,

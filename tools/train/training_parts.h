@@ -1,0 +1,142 @@
+// The pieces of the tiny-shapes training that more than one recipe uses: the
+// two-expert trainer (trainer.cpp) and the unified split model
+// (unified_trainer.cpp). Internal to tools/train; trainer.h is the public
+// entry point.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model_files.h"
+#include "omni/io/tokenizer.h"
+#include "trainer.h"
+
+namespace omni::train::parts {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start);
+
+// Note [Initialisation] (trainer.cpp): biases 0, norm scales 1, embeddings
+// N(0, 1), other matrices N(0, 1/fan_in) (query projections a further
+// `query_scale`), `proj_out.*` 0, scale_shift_tables as constructed. Names
+// are matched relative to `module`.
+void initialise(torch::nn::Module& module, double query_scale = 1.0);
+
+void set_lr(torch::optim::AdamW& optimizer, double lr);
+// Linear warm-up, then cosine decay to 10% of the peak.
+double scheduled_lr(double peak, int step, int total);
+
+// The VAE of an earlier run's directory (TrainOptions::vae_from); its config
+// must be `configs.vae` but for the latent statistics, which are measured
+// again. std::runtime_error when the sizes differ.
+models::wan::AutoencoderKLWan load_trained_vae(const std::filesystem::path& model_dir,
+                                               const ComponentConfigs& configs, std::ostream& log);
+
+// Posterior means of `count` fresh training clips, per-channel normalised
+// (the statistics go into the VAE config, which the pipeline un-normalises
+// with), and their prompts.
+struct LatentSet {
+  torch::Tensor latents;  // [N, z, T, h, w], normalised
+  std::vector<std::string> prompts;
+};
+LatentSet encode_dataset(const TrainOptions& o, models::wan::AutoencoderKLWan& vae,
+                         ComponentConfigs& configs, std::mt19937_64& rng, std::ostream& log);
+
+// Note [Training the experts] (trainer.cpp): σ = shift·u / (1 + (shift − 1)·u)
+// for u uniform, and its inverse.
+double shifted_sigma(double u);
+double unshifted(double sigma);
+
+// One training example: a random clip of `data` and its prompt, replaced by
+// "" with probability `prompt_dropout` (classifier-free guidance).
+struct Example {
+  std::int64_t index = 0;
+  std::string prompt;
+};
+Example draw_example(std::mt19937_64& rng, const LatentSet& data, double prompt_dropout);
+
+// Rectified-flow inputs for clips `index` of `latents` at noise levels
+// `sigmas`: x_σ = (1 − σ)·x₀ + σ·ε with ε from torch's generator, the target
+// velocity ε − x₀ and the timesteps 1000·σ.
+struct FlowBatch {
+  torch::Tensor noisy;
+  torch::Tensor target;
+  torch::Tensor timestep;
+};
+FlowBatch flow_matching_batch(const torch::Tensor& latents, const std::vector<std::int64_t>& index,
+                              const std::vector<float>& sigmas);
+
+// Tokens of the longest of `prompts` (and of ""), EOS included.
+std::int64_t longest_prompt_tokens(const io::Tokenizer& tokenizer,
+                                   const std::vector<std::string>& prompts);
+
+// zero_grad, backward, gradients clipped to norm 1, step.
+void optimizer_step(torch::optim::AdamW& optimizer, const torch::Tensor& loss,
+                    const std::vector<torch::Tensor>& params);
+
+// An exponential moving average of trained parameters; the average's decay
+// warms up as min(decay, (1 + step)/(10 + step)). The weights a run saves.
+class EmaWeights {
+ public:
+  explicit EmaWeights(std::vector<torch::Tensor> params);
+  void update(int step, double decay);
+  // Calls `fn` with the averages in place of the trained values, then puts
+  // the trained values back.
+  void with_average(const std::function<void()>& fn);
+  // Replaces the trained values by the averages for good (the end of a run).
+  void install();
+
+ private:
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> average_;
+};
+
+// The start of a training run: options validated, CPU configured, torch's
+// generator and `rng` seeded with o.seed, the configs of o.sizes, `out_dir`
+// created.
+struct TrainingRun {
+  std::mt19937_64 rng;
+  Clock::time_point start;
+  ComponentConfigs configs;
+};
+TrainingRun begin_run(const TrainOptions& o, const std::filesystem::path& out_dir);
+
+// What the expert phase trains on: the VAE (trained, or vae_from's) and the
+// dataset encoded with it (the latent statistics go into configs.vae). Each
+// phase has its own seed, o.seed + 1 for the data; `rng` and torch's
+// generator are left seeded with o.seed + 2 for the next phase.
+struct TrainingData {
+  models::wan::AutoencoderKLWan vae;
+  LatentSet data;
+};
+TrainingData prepare_training_data(const TrainOptions& o, ComponentConfigs& configs,
+                                   std::mt19937_64& rng, std::ostream& log);
+
+// "12 s (eta 30 s)": the time since `start` after `done` of `total` steps,
+// and the time the rest would take at that pace.
+std::string elapsed_and_eta(Clock::time_point start, int done, int total);
+
+// Whether the EMA weights are written after expert-phase step `step`
+// (0-based): every checkpoint_every steps, but not after the last.
+bool checkpoint_due(const TrainOptions& o, int step);
+
+// "wrote DIR in N s".
+void log_written(std::ostream& log, const std::filesystem::path& out_dir, Clock::time_point start);
+
+// Writes `json` (indented) to `path`, creating its folder.
+void write_json(const std::filesystem::path& path, const nlohmann::json& json);
+// Saves `module`'s state as float32 safetensors (skipping `skip` buffers).
+void save_float32(const torch::nn::Module& module, const std::filesystem::path& file,
+                  const std::vector<std::string>& skip = {});
+
+}  // namespace omni::train::parts
