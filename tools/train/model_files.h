@@ -22,7 +22,7 @@ struct ModelSizes {
   std::int64_t z_dim = 8;
   // Pixels per latent cell along each side: 8 (Wan's 4 levels) or 4 (one
   // level fewer). Time is always 4x.
-  std::int64_t vae_spatial = 8;
+  std::int64_t vae_spatial = 4;
   // Latent cells per transformer token along each side (patch_size (1, p, p)).
   std::int64_t dit_patch = 2;
   std::int64_t dit_heads = 4;

@@ -26,10 +26,10 @@ struct TrainOptions {
   // decay, on random vae_crop² windows of vae_frames frames of drawn clips
   // (the VAE is convolutional and causal, so windows teach it the whole clip
   // at a fraction of the cost).
-  int vae_steps = 1500;
+  int vae_steps = 3000;
   int vae_batch = 4;
   int vae_crop = 32;
-  int vae_full_steps = 300;  // the last steps, on whole frames
+  int vae_full_steps = 500;  // the last steps, on whole frames
   int vae_frames = 9;
   double vae_lr = 2e-3;
   double kl_weight = 1e-4;
