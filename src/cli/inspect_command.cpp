@@ -84,7 +84,7 @@ std::string to_table(const ModelPlan& plan) {
                   bytes_cell(plan.bytes), dtype_cell(plan.by_dtype)});
   out << format_table(rows, {false, false, false, true, true, true, false});
 
-  std::uint64_t encoders = 0, largest_dit = 0, statics = 0;
+  std::uint64_t encoders = 0, largest_dit = 0, largest_split = 0, statics = 0;
   for (const auto& c : plan.components) {
     if (!c.role) continue;
     switch (*c.role) {
@@ -93,6 +93,9 @@ std::string to_table(const ModelPlan& plan) {
         break;
       case offload::Role::dit:
         largest_dit = std::max(largest_dit, c.bytes);
+        break;
+      case offload::Role::split:
+        largest_split = std::max(largest_split, c.bytes);
         break;
       case offload::Role::vae:
       case offload::Role::resident:
@@ -103,8 +106,9 @@ std::string to_table(const ModelPlan& plan) {
   out << "planned peak resident weights\n"
       << "  with model-level offload  " << bytes_cell(plan.planned_peak_with_offload_bytes)
       << "  = max(encoders " << device::format_bytes(encoders) << ", largest DiT "
-      << device::format_bytes(largest_dit) << ") + VAE and resident "
-      << device::format_bytes(statics) << "\n"
+      << device::format_bytes(largest_dit);
+  if (largest_split > 0) out << ", largest split component " << device::format_bytes(largest_split);
+  out << ") + VAE and resident " << device::format_bytes(statics) << "\n"
       << "  without offload           " << bytes_cell(plan.planned_peak_without_offload_bytes)
       << "\n";
   for (const auto& c : plan.components)

@@ -7,6 +7,7 @@
 #include "omni/error.h"
 #include "omni/io/checkpoint.h"
 #include "omni/io/json_config.h"
+#include "omni/models/unified/omni_unified_transformer.h"
 #include "omni/models/wan/autoencoder_kl_wan.h"
 #include "omni/models/wan/umt5_encoder.h"
 #include "omni/models/wan/wan_transformer.h"
@@ -114,6 +115,9 @@ std::optional<std::uint64_t> config_parameter_count(const std::string& class_nam
   if (class_name == "AutoencoderKLWan")
     return wan::AutoencoderKLWanImpl::parameter_count(
         wan::AutoencoderKLWanConfig::from_file(config_json));
+  if (class_name == "OmniUnifiedTransformer")
+    return models::unified::OmniUnifiedTransformerImpl::parameter_count(
+        models::unified::OmniUnifiedTransformerConfig::from_file(config_json));
   return std::nullopt;
 }
 
@@ -129,6 +133,58 @@ void check_against_config(ComponentPlan& c, const fs::path& dir) {
   if (c.config_parameters && *c.config_parameters != c.parameters)
     c.note = detail::concat("config.json implies ", *c.config_parameters,
                             " parameters but the weights hold ", c.parameters);
+}
+
+// Note [A split transformer in a directory]
+// OmniUnifiedTransformer keeps its reasoner and generator in one folder, and
+// OmniUnifiedPipeline offloads them as mutually exclusive split components:
+// the reasoner once per request, then the generator at every step. Planned as
+// one DiT, the folder's whole size would count at the peak. So it becomes two
+// rows, `transformer.reasoner` and `transformer.generator` (role split, the
+// paths the pipeline registers), by the key prefixes of its tensors; each
+// row's config count is the generator's WanTransformer3DModel count, or the
+// rest of the whole model's.
+std::vector<ComponentPlan> split_unified_transformer(const ComponentPlan& whole,
+                                                     const fs::path& folder) {
+  static const std::vector<std::string> kParts = {"reasoner", "generator"};
+  std::vector<ComponentPlan> rows;
+  for (const auto& part : kParts) {
+    ComponentPlan row;
+    row.name = whole.name + "." + part;
+    row.class_name = whole.class_name;
+    row.role = Role::split;
+    row.files = whole.files;
+    row.note = whole.note;
+    rows.push_back(std::move(row));
+  }
+  std::set<std::string> seen;
+  for (const auto& file : whole.files) {
+    const auto header = io::read_safetensors_header(file);
+    for (const auto& t : header.tensors) {
+      if (!seen.insert(t.name).second) continue;
+      const auto part = std::find_if(kParts.begin(), kParts.end(), [&](const std::string& p) {
+        return t.name.starts_with(p + ".");
+      });
+      OMNI_CHECK(part != kParts.end(), FormatError, file.string(), ": tensor '", t.name,
+                 "' belongs to neither the reasoner nor the generator (expected a 'reasoner.' or "
+                 "'generator.' prefix)");
+      add_tensor(rows[static_cast<std::size_t>(part - kParts.begin())], t.dtype, t.numel(),
+                 t.nbytes());
+    }
+  }
+  if (whole.config_parameters && whole.note.empty()) {
+    const auto config =
+        models::unified::OmniUnifiedTransformerConfig::from_file(folder / "config.json");
+    const auto generator = static_cast<std::uint64_t>(
+        models::wan::WanTransformer3DModelImpl::parameter_count(config.generator));
+    rows[0].config_parameters = *whole.config_parameters - generator;
+    rows[1].config_parameters = generator;
+    for (auto& row : rows)
+      if (*row.config_parameters != row.parameters)
+        row.note = detail::concat("config.json implies ", *row.config_parameters,
+                                  " parameters but the weights hold ", row.parameters);
+  }
+  return rows;
 }
 
 void finish(ModelPlan& plan) {
@@ -180,6 +236,11 @@ ModelPlan inspect_directory(const std::string& model) {
                  ": component folder missing (model_index.json lists '", name, "')");
       read_weights(c, folder);
       check_against_config(c, folder);
+      if (c.class_name == "OmniUnifiedTransformer") {
+        for (auto& row : split_unified_transformer(c, folder))
+          plan.components.push_back(std::move(row));
+        continue;
+      }
     }
     plan.components.push_back(std::move(c));
   }

@@ -9,6 +9,7 @@
 
 #include <set>
 
+#include "omni/engine/inspect.h"
 #include "omni/error.h"
 #include "omni/omni.h"
 #include "pipelines/tiny_unified.h"
@@ -451,4 +452,48 @@ TEST_F(OmniUnifiedPipelineTest, CommandLineGenerateWithCpuOffload) {
   EXPECT_EQ(uploads, (std::map<std::string, int>{{"reasoner", 1}, {"generator", 1}}));
   EXPECT_LT(json["peak_resident_bytes"].get<std::uint64_t>(),
             json["planned_peak_without_offload_bytes"].get<std::uint64_t>());
+}
+
+// Note [A split transformer in a directory] (src/engine/inspect.cpp).
+TEST_F(OmniUnifiedPipelineTest, InspectPlansReasonerAndGeneratorAsSplitComponents) {
+  const auto plan = inspect_model(unified_dir().string());
+  const auto* reasoner = plan.component("transformer.reasoner");
+  const auto* generator = plan.component("transformer.generator");
+  const auto* vae = plan.component("vae");
+  ASSERT_NE(reasoner, nullptr);
+  ASSERT_NE(generator, nullptr);
+  ASSERT_NE(vae, nullptr);
+  EXPECT_EQ(plan.component("transformer"), nullptr);
+  EXPECT_EQ(reasoner->role, offload::Role::split);
+  EXPECT_EQ(generator->role, offload::Role::split);
+  // The counts are the loaded modules' own.
+  auto pipe = load(unified_dir());
+  const auto count = [](torch::nn::Module& m) {
+    std::uint64_t n = 0;
+    for (const auto& p : m.parameters()) n += static_cast<std::uint64_t>(p.numel());
+    return n;
+  };
+  EXPECT_EQ(reasoner->parameters, count(*pipe->transformer->reasoner));
+  EXPECT_EQ(generator->parameters, count(*pipe->transformer->generator));
+  EXPECT_EQ(reasoner->config_parameters, reasoner->parameters);
+  EXPECT_EQ(generator->config_parameters, generator->parameters);
+  EXPECT_EQ(reasoner->note, "");
+  EXPECT_EQ(generator->note, "");
+  // Only one of them is ever resident, beside the VAE.
+  EXPECT_EQ(plan.planned_peak_with_offload_bytes,
+            std::max(reasoner->bytes, generator->bytes) + vae->bytes);
+  EXPECT_EQ(plan.planned_peak_without_offload_bytes,
+            reasoner->bytes + generator->bytes + vae->bytes);
+
+  const auto dir = copy_of_unified("inspect_stray_key");
+  const auto file = dir / "transformer" / "diffusion_pytorch_model.safetensors";
+  auto tensors = io::load_safetensors(file);
+  tensors.emplace_back("stray.weight", torch::zeros({2}));
+  io::save_safetensors(file, tensors);
+  try {
+    inspect_model(dir.string());
+    ADD_FAILURE() << "a tensor outside reasoner./generator. was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_TRUE(contains(e.what(), "'stray.weight'")) << e.what();
+  }
 }

@@ -19,7 +19,10 @@
 // encoder; `vae*` → vae; tokenizers, schedulers and feature extractors have
 // no weights; any other component with weights is resident. For WanPipeline
 // this gives transformer/transformer_2 = dit, text_encoder = encoder,
-// vae = vae, exactly the lists the pipeline declares for offload.
+// vae = vae, exactly the lists the pipeline declares for offload. An
+// `OmniUnifiedTransformer` folder is two rows, `transformer.reasoner` and
+// `transformer.generator`, role split (Note [A split transformer in a
+// directory], inspect.cpp).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -69,7 +72,7 @@ struct ModelPlan {
   std::uint64_t bytes = 0;
   std::map<io::DType, DTypeBytes> by_dtype;
   // Peak resident weight bytes: with model-level offload,
-  // max(sum of encoders, largest DiT) + VAEs + resident modules
+  // max(sum of encoders, largest DiT, largest split component) + VAEs + resident modules
   // (offload::planned_model_level_peak); without offload, the sum of all.
   std::uint64_t planned_peak_with_offload_bytes = 0;
   std::uint64_t planned_peak_without_offload_bytes = 0;
