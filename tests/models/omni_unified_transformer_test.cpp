@@ -289,6 +289,10 @@ TEST_F(OmniUnifiedTransformerTest, GeneratorTakesTheReasonersHiddenStates) {
   const auto out = model->generator(latents, torch::tensor({500.0}), context);
   EXPECT_EQ(out.sizes(), latents.sizes());
   EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
+  // Another prompt changes the prediction: the generator reads the context.
+  const auto other =
+      model->generator(latents, torch::tensor({500.0}), model->reasoner(ids({5, 9, 13, 1})));
+  EXPECT_GT((out - other).abs().max().item<double>(), 1e-4);
 }
 
 TEST_F(OmniUnifiedTransformerTest, HalfPrecisionKeepsTheGeneratorsFloat32Modules) {
