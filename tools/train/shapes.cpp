@@ -74,6 +74,22 @@ std::array<int, 3> rgb_of(Colour colour) {
   return {0, 0, 0};
 }
 
+Colour nearest_colour(const std::array<int, 3>& rgb) {
+  Colour best = Colour::kBlack;
+  int best_d2 = -1;
+  for (auto colour : {Colour::kRed, Colour::kGreen, Colour::kBlue, Colour::kYellow, Colour::kWhite,
+                      Colour::kBlack, Colour::kGray}) {
+    const auto p = rgb_of(colour);
+    int d2 = 0;
+    for (int c = 0; c < 3; ++c) d2 += (p[c] - rgb[c]) * (p[c] - rgb[c]);
+    if (best_d2 < 0 || d2 < best_d2) {
+      best = colour;
+      best_d2 = d2;
+    }
+  }
+  return best;
+}
+
 std::string prompt_of(const ShapeSpec& spec) {
   std::string out = "a ";
   out += name_of(spec.foreground);
@@ -176,8 +192,8 @@ torch::Tensor draw_clip(const ShapeClip& clip, const ClipGeometry& geometry) {
   const auto F = geometry.frames, H = geometry.height, W = geometry.width;
   auto video = torch::empty({3, F, H, W}, torch::kFloat32);
   auto v = video.accessor<float, 4>();
-  const auto fg = rgb_of(clip.spec.foreground);
-  const auto bg = rgb_of(clip.spec.background);
+  const auto fg = clip.foreground_rgb.value_or(rgb_of(clip.spec.foreground));
+  const auto bg = clip.background_rgb.value_or(rgb_of(clip.spec.background));
   double step_x = 0, step_y = 0;
   switch (clip.spec.motion) {
     case Motion::kLeft:

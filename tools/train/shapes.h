@@ -56,6 +56,10 @@ struct ShapeClip {
   double start_y = 32;
   double radius = 10;  // half the shape's extent in pixels
   double speed = 3;    // pixels per frame (0 when still)
+  // Drawn instead of the spec's palette colours when set (sRGB 0..255): the
+  // VAE's colour jitter (Note [Colour jitter for the VAE] in trainer.cpp).
+  std::optional<std::array<int, 3>> foreground_rgb;
+  std::optional<std::array<int, 3>> background_rgb;
 };
 
 struct ClipGeometry {
@@ -74,6 +78,9 @@ std::string prompt_of(const ShapeSpec& spec);
 // combinations of known words: every green triangle, every blue square,
 // every circle moving up, and every red shape on a gray background.
 bool is_held_out(const ShapeSpec& spec);
+
+// The palette colour nearest to `rgb` (squared distance in sRGB).
+Colour nearest_colour(const std::array<int, 3>& rgb);
 
 // Every valid spec (foreground ≠ background) in a fixed order.
 std::vector<ShapeSpec> all_specs();

@@ -33,6 +33,12 @@ int main(int argc, char** argv) {
   app.add_option("--vae-from", f.vae_from, "reuse MODEL_DIR/vae instead of training a VAE");
   app.add_option("--vae-full-steps", f.vae_full_steps, "last VAE steps on whole frames")
       ->default_val(o.vae_full_steps);
+  app.add_option("--vae-colour-jitter", f.vae_colour_jitter,
+                 "share of VAE clips drawn in random colours")
+      ->default_val(o.vae_colour_jitter);
+  app.add_option("--dit-object-weight", f.dit_object_weight,
+                 "extra loss weight of the latent cells the shape covers (0: plain MSE)")
+      ->default_val(o.dit_object_weight);
   app.add_option("--z-dim", f.sizes.z_dim)->default_val(o.sizes.z_dim);
   app.add_option("--vae-spatial", f.sizes.vae_spatial, "pixels per latent cell: 4 or 8")
       ->default_val(o.sizes.vae_spatial);
@@ -60,6 +66,8 @@ int main(int argc, char** argv) {
   if (given("--vae-lr")) options.vae_lr = f.vae_lr;
   if (given("--vae-from")) options.vae_from = f.vae_from;
   if (given("--vae-full-steps")) options.vae_full_steps = f.vae_full_steps;
+  if (given("--vae-colour-jitter")) options.vae_colour_jitter = f.vae_colour_jitter;
+  if (given("--dit-object-weight")) options.dit_object_weight = f.dit_object_weight;
   if (given("--z-dim")) options.sizes.z_dim = f.sizes.z_dim;
   if (given("--vae-spatial")) options.sizes.vae_spatial = f.sizes.vae_spatial;
   if (given("--dit-patch")) options.sizes.dit_patch = f.sizes.dit_patch;

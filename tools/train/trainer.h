@@ -34,6 +34,9 @@ struct TrainOptions {
   double vae_lr = 2e-3;
   double kl_weight = 1e-4;
   double latent_noise = 0.1;
+  // Share of VAE clips drawn in random colours (Note [Colour jitter for the
+  // VAE] in trainer.cpp).
+  double vae_colour_jitter = 0.5;
   // A model directory whose vae/ is reused instead of training one (same
   // sizes); the rest of the run is what it would have been after training it.
   std::filesystem::path vae_from;  // Note [A nearly deterministic VAE] in trainer.cpp
@@ -49,6 +52,9 @@ struct TrainOptions {
   double full_padding = 0.25;
   double dit_lr = 1e-3;
   double prompt_dropout = 0.1;  // empty prompt, for classifier-free guidance
+  // Extra weight of the latent cells the shape covers in the flow-matching
+  // loss (Note [Weighting the shape] in trainer.cpp); 0: plain MSE.
+  double dit_object_weight = 4.0;
   double ema_decay = 0.995;
 
   int log_every = 50;

@@ -19,11 +19,17 @@
 
 #include "model_files.h"
 #include "omni/io/tokenizer.h"
+#include "shapes.h"
 #include "trainer.h"
 
 namespace omni::train::parts {
 
 using Clock = std::chrono::steady_clock;
+
+// Gives `clip` random foreground and background colours, at least 80 apart in
+// sRGB, whose nearest palette colours do not make a held-out combination
+// (Note [Colour jitter for the VAE], trainer.cpp).
+void jitter_colours(std::mt19937_64& rng, ShapeClip& clip);
 double seconds_since(Clock::time_point start);
 
 // Note [Initialisation] (trainer.cpp): biases 0, norm scales 1, embeddings
@@ -47,8 +53,15 @@ models::wan::AutoencoderKLWan load_trained_vae(const std::filesystem::path& mode
 // with), and their prompts.
 struct LatentSet {
   torch::Tensor latents;  // [N, z, T, h, w], normalised
+  torch::Tensor object;   // [N, 1, T, h, w]: 1 on latent cells the shape touches, else 0
   std::vector<std::string> prompts;
 };
+
+// A pixel mask [B, 1, F, H, W] (F = 1 + 4k) on the latent grid [B, 1, 1 + k,
+// H/spatial, W/spatial]: a cell is 1 when any pixel of its window is. The
+// first latent frame is frame 0 alone and each later one the next 4 frames,
+// as the Wan VAE's causal time compression groups them.
+torch::Tensor latent_cells(const torch::Tensor& mask, std::int64_t spatial);
 LatentSet encode_dataset(const TrainOptions& o, models::wan::AutoencoderKLWan& vae,
                          ComponentConfigs& configs, std::mt19937_64& rng, std::ostream& log);
 
@@ -65,16 +78,23 @@ struct Example {
 };
 Example draw_example(std::mt19937_64& rng, const LatentSet& data, double prompt_dropout);
 
-// Rectified-flow inputs for clips `index` of `latents` at noise levels
+// Rectified-flow inputs for clips `index` of `data` at noise levels
 // `sigmas`: x_σ = (1 − σ)·x₀ + σ·ε with ε from torch's generator, the target
-// velocity ε − x₀ and the timesteps 1000·σ.
+// velocity ε − x₀, the timesteps 1000·σ and the loss weight of each latent
+// cell, 1 + object_weight on the shape (Note [Weighting the shape]).
 struct FlowBatch {
   torch::Tensor noisy;
   torch::Tensor target;
   torch::Tensor timestep;
+  torch::Tensor weight;  // [B, 1, T, h, w]
 };
-FlowBatch flow_matching_batch(const torch::Tensor& latents, const std::vector<std::int64_t>& index,
-                              const std::vector<float>& sigmas);
+FlowBatch flow_matching_batch(const LatentSet& data, const std::vector<std::int64_t>& index,
+                              const std::vector<float>& sigmas, double object_weight);
+
+// Σ weight·(prediction − target)² / Σ weight over every channel: the MSE
+// when the weights are all equal.
+torch::Tensor weighted_mse(const torch::Tensor& prediction, const torch::Tensor& target,
+                           const torch::Tensor& weight);
 
 // Tokens of the longest of `prompts` (and of ""), EOS included.
 std::int64_t longest_prompt_tokens(const io::Tokenizer& tokenizer,

@@ -1,0 +1,114 @@
+// The training pieces that shape what the models learn from: the VAE's
+// colour jitter (it must keep the held-out combinations unseen), the latent
+// grid of the shape mask and the weighted flow-matching loss.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <random>
+
+#include "shapes.h"
+#include "training_parts.h"
+
+namespace omni::train {
+namespace {
+
+TEST(Shapes, DrawClipUsesColourOverrides) {
+  ShapeClip clip;
+  clip.spec = {Colour::kRed, Shape::kSquare, Motion::kStill, Colour::kBlack};
+  clip.foreground_rgb = std::array<int, 3>{10, 200, 90};
+  clip.background_rgb = std::array<int, 3>{250, 0, 128};
+  const auto video = draw_clip(clip);
+  const auto frames = to_uint8_frames(video);  // [F, H, W, 3]
+  const auto centre = frames[0][32][32];
+  EXPECT_EQ(centre[0].item<int>(), 10);
+  EXPECT_EQ(centre[1].item<int>(), 200);
+  EXPECT_EQ(centre[2].item<int>(), 90);
+  const auto corner = frames[0][0][0];
+  EXPECT_EQ(corner[0].item<int>(), 250);
+  EXPECT_EQ(corner[1].item<int>(), 0);
+  EXPECT_EQ(corner[2].item<int>(), 128);
+}
+
+TEST(Shapes, NearestColourOfThePalette) {
+  for (auto colour : {Colour::kRed, Colour::kGreen, Colour::kBlue, Colour::kYellow, Colour::kWhite,
+                      Colour::kBlack, Colour::kGray})
+    EXPECT_EQ(nearest_colour(rgb_of(colour)), colour) << name_of(colour);
+  EXPECT_EQ(nearest_colour({200, 60, 40}), Colour::kRed);
+  EXPECT_EQ(nearest_colour({100, 110, 130}), Colour::kGray);
+}
+
+TEST(TrainingParts, JitteredColoursNeverNameAHeldOutCombination) {
+  std::mt19937_64 rng(7);
+  int red_fg = 0, gray_bg = 0;
+  for (int i = 0; i < 3000; ++i) {
+    auto clip = sample_clip(rng, Split::kTrain);
+    parts::jitter_colours(rng, clip);
+    ASSERT_TRUE(clip.foreground_rgb && clip.background_rgb);
+    auto named = clip.spec;
+    named.foreground = nearest_colour(*clip.foreground_rgb);
+    named.background = nearest_colour(*clip.background_rgb);
+    EXPECT_FALSE(is_held_out(named)) << prompt_of(named);
+    int d2 = 0;
+    for (int c = 0; c < 3; ++c) {
+      const int d = (*clip.foreground_rgb)[c] - (*clip.background_rgb)[c];
+      d2 += d * d;
+    }
+    EXPECT_GE(d2, 80 * 80);
+    red_fg += named.foreground == Colour::kRed;
+    gray_bg += named.background == Colour::kGray;
+  }
+  // Red foregrounds and gray backgrounds each still occur, only not together.
+  EXPECT_GT(red_fg, 50);
+  EXPECT_GT(gray_bg, 50);
+}
+
+TEST(TrainingParts, LatentCellsGroupFramesAsTheWanVae) {
+  // 9 frames of 16×16 → 3 latent frames of 4×4 cells.
+  auto mask = torch::zeros({1, 1, 9, 16, 16});
+  mask[0][0][0][1][9] = 1;   // frame 0 → latent frame 0, cell (0, 2)
+  mask[0][0][4][15][0] = 1;  // frames 1–4 → latent frame 1, cell (3, 0)
+  mask[0][0][5][6][6] = 1;   // frames 5–8 → latent frame 2, cell (1, 1)
+  const auto cells = parts::latent_cells(mask, 4);
+  ASSERT_EQ(cells.sizes(), (std::vector<std::int64_t>{1, 1, 3, 4, 4}));
+  EXPECT_EQ(cells.sum().item<float>(), 3.0f);
+  EXPECT_EQ(cells[0][0][0][0][2].item<float>(), 1.0f);
+  EXPECT_EQ(cells[0][0][1][3][0].item<float>(), 1.0f);
+  EXPECT_EQ(cells[0][0][2][1][1].item<float>(), 1.0f);
+  EXPECT_THROW(parts::latent_cells(torch::zeros({1, 1, 8, 16, 16}), 4), c10::Error);
+}
+
+TEST(TrainingParts, WeightedMseIsTheMseForEqualWeightsAndFollowsTheWeights) {
+  torch::manual_seed(3);
+  const auto prediction = torch::randn({2, 3, 3, 4, 4});
+  const auto target = torch::randn({2, 3, 3, 4, 4});
+  const auto equal = torch::full({2, 1, 3, 4, 4}, 5.0);
+  EXPECT_NEAR(parts::weighted_mse(prediction, target, equal).item<double>(),
+              torch::mse_loss(prediction, target).item<double>(), 1e-6);
+  // All the weight on one cell: the loss is that cell's error over the channels.
+  auto one = torch::zeros({2, 1, 3, 4, 4});
+  one[1][0][2][3][1] = 1;
+  const auto cell_error = (prediction.select(0, 1).select(1, 2).select(1, 3).select(1, 1) -
+                           target.select(0, 1).select(1, 2).select(1, 3).select(1, 1))
+                              .pow(2)
+                              .mean();
+  EXPECT_NEAR(parts::weighted_mse(prediction, target, one).item<double>(),
+              cell_error.item<double>(), 1e-6);
+}
+
+TEST(TrainingParts, FlowBatchWeighsTheShapeCells) {
+  parts::LatentSet data;
+  data.latents = torch::randn({3, 2, 3, 4, 4});
+  data.object = torch::zeros({3, 1, 3, 4, 4});
+  data.object[2][0][1][2][2] = 1;
+  const auto batch = parts::flow_matching_batch(data, {2, 0}, {0.5f, 0.25f}, 4.0);
+  ASSERT_EQ(batch.weight.sizes(), (std::vector<std::int64_t>{2, 1, 3, 4, 4}));
+  EXPECT_EQ(batch.weight[0][0][1][2][2].item<float>(), 5.0f);
+  EXPECT_EQ(batch.weight.sum().item<float>(), 2 * 48 + 4.0f);
+  // x_σ = (1 − σ)·x₀ + σ·ε and v = ε − x₀ give x₀ = x_σ − σ·v.
+  EXPECT_TRUE(
+      torch::allclose(batch.noisy[1] - 0.25 * batch.target[1], data.latents[0], 1e-5, 1e-5));
+  EXPECT_EQ(batch.timestep[0].item<float>(), 500.0f);
+}
+
+}  // namespace
+}  // namespace omni::train
