@@ -101,7 +101,9 @@ int generate(const GenerateOptions& o) {
       std::cout << " … " << files.back().string() << " (" << files.size() << " files)";
     std::cout << " — " << result.frames.size(0) << " frame(s) " << result.frames.size(2) << "x"
               << result.frames.size(1) << " in " << result.seconds << " s\n";
-    std::cout << result.report.to_table();
+    // Without offload there is nothing to report (strategy "none": no
+    // components, no transfers); --report-json still writes it.
+    if (result.report.strategy != "none") std::cout << result.report.to_table();
   }
   if (!o.report_json.empty()) {
     auto json = result.report.to_json();

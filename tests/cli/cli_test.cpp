@@ -66,6 +66,7 @@ TEST_F(Cli, GenerateWithOffloadWritesAPngAndTheReport) {
   args.push_back("--enable-cpu-offload");
   const auto r = run_omni(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("offload report"), std::string::npos) << r.out;
 
   const auto png = omni::io::decode_png(omni::testing::read_text_file((dir_ / "one.png").string()));
   EXPECT_EQ(png.sizes(), (std::vector<std::int64_t>{48, 64, 3}));
@@ -152,6 +153,13 @@ TEST_F(Cli, InspectTheBuiltInExample) {
 
   expect_one_line_error(run_omni({"inspect", "example:nope"}), "example:nope");
   expect_one_line_error(run_omni({"inspect", (dir_ / "missing").string()}), "missing");
+}
+
+TEST_F(Cli, GenerateWithoutOffloadPrintsNoEmptyReport) {
+  const auto r = run_omni(generate_args("plain.png", {{"--num-frames", "1"}}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("offload report"), std::string::npos) << r.out;
 }
 
 #if OMNI_WITH_VIDEO
