@@ -1,6 +1,6 @@
 // The trainer end to end: `omni-train --smoke` writes a directory that the
 // ordinary loader reads and that generates a frame; and, when
-// models/tiny-shapes is present, the quality bar measured on it.
+// models/tiny-shapes(-unified) are present, the quality bar measured on them.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "evaluation.h"
+#include "omni/omni.h"
 #include "omni/pipelines/pipeline.h"
 #include "trainer.h"
 
@@ -48,33 +49,80 @@ TEST(Train, SmokeRunWritesALoadableModel) {
   fs::remove(dir.string() + ".log");
 }
 
+struct Floors {
+  double foreground, background, shape, motion;
+};
+
+// Prints the report and checks each split's rates against its floors.
+void expect_floors(const EvalResult& result, const Floors& seen, const Floors& held_out) {
+  std::cout << format_report(result);
+  for (const auto& [tally, f] :
+       {std::pair{&result.seen, seen}, std::pair{&result.held_out, held_out}}) {
+    SCOPED_TRACE(tally == &result.seen ? "seen" : "held-out");
+    EXPECT_GE(tally->rate(tally->foreground), f.foreground);
+    EXPECT_GE(tally->rate(tally->background), f.background);
+    EXPECT_GE(tally->rate(tally->shape), f.shape);
+    EXPECT_GE(tally->rate(tally->motion), f.motion);
+  }
+}
+
+fs::path shipped(const char* name) {
+  return fs::path(OMNI_SOURCE_DIR) / "models" / name;
+}
+
 // The quality measure on the shipped model (12 seen + 12 held-out prompts,
 // fixed seeds, the pipeline's default sampling: 40 steps, guidance 4 / 3).
 // The bar is foreground and background >= 90%, shape and direction
 // >= 80%, held-out included; the shipped model does NOT reach it yet
-// (measured 2026-12-03 on this set: seen fg 91.7%, bg 100%, shape 50.0%,
-// direction 75.0%; held-out fg 66.7%, bg 100%, shape 41.7%, direction 83.3%;
+// (measured 2026-12-03 on this set: seen fg 100%, bg 100%, shape 41.7%,
+// direction 100%; held-out fg 100%, bg 100%, shape 33.3%, direction 100%;
 // docs/tiny-shapes.md). So this test prints the report and guards only
 // against regressions, one clip below those rates; raise the floors with the
 // model. The full 24 + 24 set is `omni-quality models/tiny-shapes`.
 TEST(Train, ShippedModelQuality) {
-  const fs::path model = fs::path(OMNI_SOURCE_DIR) / "models" / "tiny-shapes";
+  const auto model = shipped("tiny-shapes");
   if (!fs::is_regular_file(model / "model_index.json")) GTEST_SKIP() << model << " is absent";
   configure_cpu(2);
   auto pipe = pipelines::load_pipeline(model.string());
-  const auto result = evaluate_model(*pipe, evaluation_cases(12), {});
-  std::cout << format_report(result);
-  struct Floor {
-    const QualityTally* tally;
-    double foreground, background, shape, motion;
-  };
-  for (const auto& f :
-       {Floor{&result.seen, 0.8, 0.9, 0.4, 0.65}, Floor{&result.held_out, 0.55, 0.9, 0.3, 0.7}}) {
-    const auto& t = *f.tally;
-    EXPECT_GE(t.rate(t.foreground), f.foreground);
-    EXPECT_GE(t.rate(t.background), f.background);
-    EXPECT_GE(t.rate(t.shape), f.shape);
-    EXPECT_GE(t.rate(t.motion), f.motion);
+  expect_floors(evaluate_model(*pipe, evaluation_cases(12), {}), {0.9, 0.9, 0.33, 0.9},
+                {0.9, 0.9, 0.25, 0.9});
+}
+
+// The bundled split model (OmniUnifiedPipeline): the same measure, floors
+// one clip below what it measured (2026-12-03: seen fg 100%, bg 100%, shape
+// 50.0%, direction 83.3%; held-out 100%, 100%, 41.7%, 83.3%;
+// docs/tiny-shapes.md): it meets the colour bar, not the shape bar; and what `omni generate
+// models/tiny-shapes-unified --enable-cpu-offload` promises: the reasoner
+// uploaded once and the generator once per request, and the frames bitwise
+// those of a run without offload.
+TEST(Train, ShippedUnifiedModel) {
+  const auto model = shipped("tiny-shapes-unified");
+  if (!fs::is_regular_file(model / "model_index.json")) GTEST_SKIP() << model << " is absent";
+  configure_cpu(2);
+  auto pipe = pipelines::load_pipeline(model.string());
+  ASSERT_EQ(pipe->class_name(), "OmniUnifiedPipeline");
+  expect_floors(evaluate_model(*pipe, evaluation_cases(12), {}), {0.9, 0.9, 0.4, 0.75},
+                {0.9, 0.9, 0.33, 0.75});
+
+  pipelines::GenerationRequest request;
+  request.prompt = "a yellow square moving right on a gray background";
+  request.seed = 11;
+  torch::Tensor frames;
+  {
+    torch::InferenceMode inference;
+    frames = pipe->run(pipe->resolve(request), {}).frames;
+  }
+  EngineArgs args;
+  args.model = model.string();
+  args.enable_cpu_offload = true;
+  args.device = "sim";
+  args.offload.quiet = true;
+  Omni engine(args);
+  for (int i = 0; i < 2; ++i) {
+    const auto result = engine.generate(request);
+    EXPECT_TRUE(torch::equal(result.frames, frames)) << "request " << i;
+    EXPECT_EQ(result.report.component("reasoner")->uploads, 1u) << "request " << i;
+    EXPECT_EQ(result.report.component("generator")->uploads, 1u) << "request " << i;
   }
 }
 
