@@ -278,7 +278,8 @@ LatentSet encode_dataset(const TrainOptions& o, AutoencoderKLWan& vae, Component
   for (int done = 0; done < o.dataset_clips; done += kChunk) {
     const auto batch = draw_batch(rng, std::min(kChunk, o.dataset_clips - done));
     chunks.push_back(vae->encode(batch.video).mean);
-    // The loss weight is 1 + 8·(shape, grown by a pixel): Note [Weighting the shape].
+    // batch.weight is 1 + 8·(the shape grown by a pixel), so > 1 marks the
+    // shape (Note [Weighting the shape]).
     objects.push_back(latent_cells(batch.weight > 1.0, o.sizes.vae_spatial));
     set.prompts.insert(set.prompts.end(), batch.prompts.begin(), batch.prompts.end());
   }
@@ -439,6 +440,11 @@ namespace {
 // 92% for the VAE's reconstructions). So the loss weighs each latent cell the
 // shape touches (its 4×4-pixel window, grown by a pixel) 1 + dit_object_weight
 // times a background cell, normalised so that equal weights give the MSE.
+// Measured together with the colour-jittered VAE (docs/tiny-shapes.md): at
+// 2500 steps colour and direction came out far better than the unweighted
+// recipe's at 2500 (held-out 95.8 / 79.2% against 50.0 / 29.2%), shape one
+// to four clips in 24 better; after 5000 steps shape read no better than
+// before (41.7% seen): the blobs remain.
 
 // Note [Training the experts]
 // Rectified flow as the pipeline samples it (FlowMatchEulerDiscreteScheduler):
