@@ -442,7 +442,7 @@ namespace {
 // times a background cell, normalised so that equal weights give the MSE.
 // Measured together with the colour-jittered VAE (docs/tiny-shapes.md): at
 // 2500 steps colour and direction came out far better than the unweighted
-// recipe's at 2500 (held-out 95.8 / 79.2% against 50.0 / 29.2%), shape one
+// recipe's at 2500 (held-out 95.8 / 79.2% against 50.0 / 29.2%), shape two
 // to four clips in 24 better; after 5000 steps shape read no better than
 // before (41.7% seen): the blobs remain.
 
