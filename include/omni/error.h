@@ -8,6 +8,7 @@
 // once at their boundary (exit code in the CLI, HTTP status in the server).
 #pragma once
 
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -70,6 +71,19 @@ std::string concat(const Args&... args) {
   std::ostringstream out;
   (out << ... << args);
   return out.str();
+}
+
+// Runs `fn`; a std::filesystem::filesystem_error it throws (a path the
+// operating system refuses: a name too long, no permission, a loop of links)
+// becomes a FormatError naming the path and the system's reason, so a loader
+// answers a hostile directory with a typed error.
+template <typename Fn>
+decltype(auto) with_typed_filesystem_errors(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw FormatError(concat(e.path1().string(), ": ", e.code().message()));
+  }
 }
 }  // namespace detail
 

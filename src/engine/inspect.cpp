@@ -341,9 +341,11 @@ ModelPlan inspect_model(const std::string& model) {
                "unknown built-in model '", model, "'; built-ins: ", known);
     return inspect_builtin(model);
   }
-  OMNI_CHECK(fs::is_directory(model), ConfigError, "model '", model,
-             "' is neither a built-in (example:wan-shaped) nor a directory");
-  return inspect_directory(model);
+  return detail::with_typed_filesystem_errors([&] {
+    OMNI_CHECK(fs::is_directory(model), ConfigError, "model '", model,
+               "' is neither a built-in (example:wan-shaped) nor a directory");
+    return inspect_directory(model);
+  });
 }
 
 }  // namespace omni

@@ -44,7 +44,10 @@ std::vector<std::string> builtin_models() {
   return {"example:wan-shaped"};
 }
 
-std::shared_ptr<Pipeline> load_pipeline(const std::string& model, const LoadOptions& options) {
+namespace {
+
+std::shared_ptr<Pipeline> load_pipeline_unchecked(const std::string& model,
+                                                  const LoadOptions& options) {
   if (model == "example:wan-shaped") return make_wan_shaped_example();
   OMNI_CHECK(!model.starts_with("example:"), ConfigError, "unknown built-in model '", model,
              "'; built-ins: example:wan-shaped");
@@ -68,6 +71,13 @@ std::shared_ptr<Pipeline> load_pipeline(const std::string& model, const LoadOpti
   OMNI_CHECK(factory != nullptr, ConfigError, index_path.string(), ": pipeline class '", class_name,
              "' is not supported; supported: ", known.empty() ? "(none)" : known);
   return factory(dir, options);
+}
+
+}  // namespace
+
+std::shared_ptr<Pipeline> load_pipeline(const std::string& model, const LoadOptions& options) {
+  return detail::with_typed_filesystem_errors(
+      [&] { return load_pipeline_unchecked(model, options); });
 }
 
 }  // namespace omni::pipelines

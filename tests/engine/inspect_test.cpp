@@ -365,6 +365,19 @@ TEST_F(InspectErrors, ConfigThatDisagreesWithTheWeightsIsANote) {
   EXPECT_EQ(plan.component("transformer_2")->note, "");
 }
 
+// Found by fuzz/model_index_fuzz.cpp: a component name longer than the file
+// system allows made the folder's stat fail with ENAMETOOLONG, and the
+// std::filesystem_error escaped every typed catch.
+TEST_F(InspectErrors, ComponentNameTheFileSystemRefusesIsAFormatError) {
+  auto index = omni::io::read_json_file(dir_ / "model_index.json");
+  const std::string name(300, 'c');
+  index[name] = {"diffusers", "SomeModel"};
+  omni::testing::write_json(dir_ / "model_index.json", index);
+  const auto what = error_of<omni::FormatError>();
+  EXPECT_NE(what.find(name), std::string::npos) << what;
+  EXPECT_NE(what.find("too long"), std::string::npos) << what;
+}
+
 TEST(Inspect, UnknownModels) {
   EXPECT_THROW(omni::inspect_model("example:nope"), omni::ConfigError);
   EXPECT_THROW(omni::inspect_model("/definitely/not/here"), omni::ConfigError);

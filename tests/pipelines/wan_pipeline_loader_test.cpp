@@ -71,6 +71,14 @@ TEST(WanPipelineLoader, PristineCopyLoads) {
   EXPECT_TRUE(pipe->components().encoder_modules.empty());
 }
 
+// A path the file system refuses (here a name over NAME_MAX) is a typed
+// error naming it, not an escaping std::filesystem_error.
+TEST(WanPipelineLoader, PathTheFileSystemRefusesIsAFormatError) {
+  const auto dir = tiny_wan::temp_dir("long") / std::string(300, 'd');
+  const auto what = error_of<FormatError>(dir);
+  EXPECT_TRUE(contains(what, dir.string()) && contains(what, "too long")) << what;
+}
+
 TEST(WanPipelineLoader, MissingComponentFolderNamesIt) {
   const auto dir = copy_of_pristine();
   fs::remove_all(dir / "transformer_2");
