@@ -53,15 +53,28 @@ void add_tensor(ComponentPlan& c, io::DType dtype, std::uint64_t numel, std::uin
   d.bytes += bytes;
 }
 
-void add_header_tensors(ComponentPlan& c, const io::SafetensorsHeader& header,
-                        std::set<std::string>* seen) {
+// A tensor as a safetensors header describes it: all inspect needs.
+struct HeaderTensor {
+  std::string name;
+  io::DType dtype;
+  std::uint64_t numel;
+  std::uint64_t bytes;
+};
+
+void add_tensor(ComponentPlan& c, const HeaderTensor& t) {
+  add_tensor(c, t.dtype, t.numel, t.bytes);
+}
+
+// Appends the header's tensors not seen before (a name counts once).
+void add_header_tensors(std::vector<HeaderTensor>& out, const io::SafetensorsHeader& header,
+                        std::set<std::string>& seen) {
   for (const auto& t : header.tensors)
-    if (seen->insert(t.name).second) add_tensor(c, t.dtype, t.numel(), t.nbytes());
+    if (seen.insert(t.name).second) out.push_back({t.name, t.dtype, t.numel(), t.nbytes()});
 }
 
 // A sharded checkpoint: every shard's header, checked against the weight_map
 // the way io::Checkpoint::open_index checks it, without mapping any data.
-void read_index(ComponentPlan& c, const fs::path& index_json) {
+std::vector<HeaderTensor> read_index(ComponentPlan& c, const fs::path& index_json) {
   const auto json = io::read_json_file(index_json);
   const std::string label = index_json.string();
   OMNI_CHECK(json.is_object() && json.contains("weight_map") && json["weight_map"].is_object(),
@@ -77,6 +90,7 @@ void read_index(ComponentPlan& c, const fs::path& index_json) {
     by_shard[shard].push_back(it.key());
   }
   OMNI_CHECK(!by_shard.empty(), FormatError, label, ": empty 'weight_map'");
+  std::vector<HeaderTensor> tensors;
   std::set<std::string> seen;
   for (const auto& [shard, names] : by_shard) {
     const auto path = index_json.parent_path() / shard;
@@ -88,19 +102,53 @@ void read_index(ComponentPlan& c, const fs::path& index_json) {
     OMNI_CHECK(header.tensors.size() == names.size(), FormatError, label, ": shard ", shard,
                " holds ", header.tensors.size(), " tensors but the weight_map lists ",
                names.size());
-    add_header_tensors(c, header, &seen);
+    add_header_tensors(tensors, header, seen);
     c.files.push_back(path);
   }
+  return tensors;
 }
 
-// The weights of a component folder, chosen as io::Checkpoint::open_dir
-// chooses them (diffusers' and transformers' file stems first).
-void read_weights(ComponentPlan& c, const fs::path& dir) {
+// The tensors of a component folder's weights (recorded in c.files), chosen
+// as io::Checkpoint::open_dir chooses them (diffusers' and transformers'
+// file stems first).
+std::vector<HeaderTensor> read_weights(ComponentPlan& c, const fs::path& dir) {
   const auto where = io::locate_weights(dir, {"diffusion_pytorch_model", "model"});
   if (!where.index_json.empty()) return read_index(c, where.index_json);
+  std::vector<HeaderTensor> tensors;
   std::set<std::string> seen;
-  add_header_tensors(c, io::read_safetensors_header(where.file), &seen);
+  add_header_tensors(tensors, io::read_safetensors_header(where.file), seen);
   c.files.push_back(where.file);
+  return tensors;
+}
+
+// Note [Tied weights in a checkpoint]
+// transformers' UMT5EncoderModel shares one embedding between `shared` and
+// `encoder.embed_tokens`, and a checkpoint may store it under both names
+// (the reference fixture and the trained tiny-shapes model do). Loaded, it is
+// one tensor (io::load_state_dict needs only one of the names), so inspect
+// counts it once: the copy stored under the tied name is dropped when its
+// owner's name is present with the same dtype and size.
+void drop_tied_copies(const std::string& class_name, std::vector<HeaderTensor>& tensors) {
+  struct Tie {
+    const char* class_name;
+    const char* owner;
+    const char* copy;
+  };
+  static const Tie kTies[] = {
+      {"UMT5EncoderModel", "shared.weight", "encoder.embed_tokens.weight"},
+      {"T5EncoderModel", "shared.weight", "encoder.embed_tokens.weight"},
+  };
+  const auto find = [&](const std::string& name) {
+    return std::find_if(tensors.begin(), tensors.end(),
+                        [&](const HeaderTensor& t) { return t.name == name; });
+  };
+  for (const auto& tie : kTies) {
+    if (class_name != tie.class_name) continue;
+    const auto owner = find(tie.owner);
+    const auto copy = find(tie.copy);
+    if (owner == tensors.end() || copy == tensors.end()) continue;
+    if (owner->dtype == copy->dtype && owner->numel == copy->numel) tensors.erase(copy);
+  }
 }
 
 // What config.json implies, for the architectures omni implements.
@@ -145,6 +193,7 @@ void check_against_config(ComponentPlan& c, const fs::path& dir) {
 // row's config count is the generator's WanTransformer3DModel count, or the
 // rest of the whole model's.
 std::vector<ComponentPlan> split_unified_transformer(const ComponentPlan& whole,
+                                                     const std::vector<HeaderTensor>& tensors,
                                                      const fs::path& folder) {
   static const std::vector<std::string> kParts = {"reasoner", "generator"};
   std::vector<ComponentPlan> rows;
@@ -157,20 +206,14 @@ std::vector<ComponentPlan> split_unified_transformer(const ComponentPlan& whole,
     row.note = whole.note;
     rows.push_back(std::move(row));
   }
-  std::set<std::string> seen;
-  for (const auto& file : whole.files) {
-    const auto header = io::read_safetensors_header(file);
-    for (const auto& t : header.tensors) {
-      if (!seen.insert(t.name).second) continue;
-      const auto part = std::find_if(kParts.begin(), kParts.end(), [&](const std::string& p) {
-        return t.name.starts_with(p + ".");
-      });
-      OMNI_CHECK(part != kParts.end(), FormatError, file.string(), ": tensor '", t.name,
-                 "' belongs to neither the reasoner nor the generator (expected a 'reasoner.' or "
-                 "'generator.' prefix)");
-      add_tensor(rows[static_cast<std::size_t>(part - kParts.begin())], t.dtype, t.numel(),
-                 t.nbytes());
-    }
+  for (const auto& t : tensors) {
+    const auto part = std::find_if(kParts.begin(), kParts.end(), [&](const std::string& p) {
+      return t.name.starts_with(p + ".");
+    });
+    OMNI_CHECK(part != kParts.end(), FormatError, folder.string(), ": tensor '", t.name,
+               "' belongs to neither the reasoner nor the generator (expected a 'reasoner.' or "
+               "'generator.' prefix)");
+    add_tensor(rows[static_cast<std::size_t>(part - kParts.begin())], t);
   }
   if (whole.config_parameters && whole.note.empty()) {
     const auto config =
@@ -234,10 +277,12 @@ ModelPlan inspect_directory(const std::string& model) {
     if (c.role) {
       OMNI_CHECK(fs::is_directory(folder), FormatError, folder.string(),
                  ": component folder missing (model_index.json lists '", name, "')");
-      read_weights(c, folder);
+      auto tensors = read_weights(c, folder);
+      drop_tied_copies(c.class_name, tensors);
+      for (const auto& t : tensors) add_tensor(c, t);
       check_against_config(c, folder);
       if (c.class_name == "OmniUnifiedTransformer") {
-        for (auto& row : split_unified_transformer(c, folder))
+        for (auto& row : split_unified_transformer(c, tensors, folder))
           plan.components.push_back(std::move(row));
         continue;
       }

@@ -304,6 +304,33 @@ TEST_F(InspectErrors, TheTinyPipelineIsFine) {
             dit->bytes + plan.component("vae")->bytes);  // no encoder here
 }
 
+// Note [Tied weights in a checkpoint]: the reference UMT5 checkpoint stores
+// the shared embedding as shared.weight and encoder.embed_tokens.weight; the
+// loaded model holds it once, and so does the plan.
+TEST_F(InspectErrors, TiedEmbeddingStoredTwiceCountsOnce) {
+  fs::create_directory(dir_ / "text_encoder");
+  fs::copy_file(data("wan/umt5_encoder/config.json"), dir_ / "text_encoder" / "config.json");
+  fs::copy_file(data("wan/umt5_encoder/weights.safetensors"),
+                dir_ / "text_encoder" / "model.safetensors");
+  auto index = omni::io::read_json_file(dir_ / "model_index.json");
+  index["text_encoder"] = {"transformers", "UMT5EncoderModel"};
+  omni::testing::write_json(dir_ / "model_index.json", index);
+  const auto header =
+      omni::io::read_safetensors_header(dir_ / "text_encoder" / "model.safetensors");
+  ASSERT_NE(header.find("shared.weight"), nullptr);
+  ASSERT_NE(header.find("encoder.embed_tokens.weight"), nullptr);
+
+  const auto plan = omni::inspect_model(dir_.string());
+  const auto* te = plan.component("text_encoder");
+  ASSERT_NE(te, nullptr);
+  const auto config = UMT5Config::from_file(data("wan/umt5_encoder/config.json"));
+  EXPECT_EQ(te->parameters,
+            static_cast<std::uint64_t>(UMT5EncoderModelImpl::parameter_count(config)));
+  EXPECT_EQ(te->tensors, header.tensors.size() - 1);
+  EXPECT_EQ(te->bytes, 4 * te->parameters);  // float32
+  EXPECT_EQ(te->note, "");
+}
+
 TEST_F(InspectErrors, MissingModelIndex) {
   fs::remove(dir_ / "model_index.json");
   EXPECT_NE(error_of<omni::FormatError>().find("model_index.json"), std::string::npos);
