@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "evaluation.h"
+#include "offload_expectations.h"
 #include "omni/omni.h"
 #include "omni/pipelines/pipeline.h"
 #include "trainer.h"
@@ -91,10 +92,10 @@ TEST(Train, ShippedModelQuality) {
 // The bundled split model (OmniUnifiedPipeline): the same measure, floors
 // one clip below what it measured (2026-12-03: seen fg 100%, bg 100%, shape
 // 50.0%, direction 83.3%; held-out 100%, 100%, 41.7%, 83.3%;
-// docs/tiny-shapes.md): it meets the colour bar, not the shape bar; and what `omni generate
-// models/tiny-shapes-unified --enable-cpu-offload` promises: the reasoner
-// uploaded once and the generator once per request, and the frames bitwise
-// those of a run without offload.
+// docs/tiny-shapes.md): it meets the colour bar, not the shape bar; and
+// what `omni generate models/tiny-shapes-unified --enable-cpu-offload`
+// promises: the reasoner uploaded once and the generator once per request,
+// and the frames bitwise those of a run without offload.
 TEST(Train, ShippedUnifiedModel) {
   const auto model = shipped("tiny-shapes-unified");
   if (!fs::is_regular_file(model / "model_index.json")) GTEST_SKIP() << model << " is absent";
@@ -112,18 +113,7 @@ TEST(Train, ShippedUnifiedModel) {
     torch::InferenceMode inference;
     frames = pipe->run(pipe->resolve(request), {}).frames;
   }
-  EngineArgs args;
-  args.model = model.string();
-  args.enable_cpu_offload = true;
-  args.device = "sim";
-  args.offload.quiet = true;
-  Omni engine(args);
-  for (int i = 0; i < 2; ++i) {
-    const auto result = engine.generate(request);
-    EXPECT_TRUE(torch::equal(result.frames, frames)) << "request " << i;
-    EXPECT_EQ(result.report.component("reasoner")->uploads, 1u) << "request " << i;
-    EXPECT_EQ(result.report.component("generator")->uploads, 1u) << "request " << i;
-  }
+  expect_split_offload_matches(model, request, frames, 2);
 }
 
 }  // namespace
