@@ -1,4 +1,5 @@
-// omni-quality MODEL [--per-split N] [--steps N] [--guidance G] [--sheet PNG]:
+// omni-quality MODEL [--per-split N] [--steps N] [--guidance G] [--sheet PNG]
+// [--reconstruct | --from-sigma S]:
 // generates the fixed evaluation prompts (quality.h: seen and held-out
 // combinations, fixed seeds) with the ordinary loader and prints what each
 // clip shows and the rates per split. Exit status: 0 measured; 1 failed.
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   std::string sheet;
   int sheet_rows = 12;
   bool reconstruct = false;
+  std::optional<double> from_sigma;
   app.add_option("model", model, "model directory (diffusers layout)")->required();
   app.add_option("--per-split", per_split, "prompts seen in training and held out, each")
       ->default_val(per_split);
@@ -33,6 +35,9 @@ int main(int argc, char** argv) {
   app.add_option("--sheet-rows", sheet_rows)->default_val(sheet_rows);
   app.add_flag("--reconstruct", reconstruct,
                "measure the VAE alone: drawn clips encoded and decoded (no prompts)");
+  app.add_option("--from-sigma", from_sigma,
+                 "denoise drawn clips noised to this level (0, 1] instead of generating "
+                 "(Note [Denoising a drawn clip])");
   CLI11_PARSE(app, argc, argv);
   try {
     omni::train::configure_cpu(threads);
@@ -49,8 +54,10 @@ int main(int argc, char** argv) {
       if (half + i < cases.size()) ordered.push_back(cases[half + i]);
     }
     for (std::size_t i = 2 * half; i < cases.size(); ++i) ordered.push_back(cases[i]);
-    const auto result = reconstruct ? omni::train::evaluate_reconstruction(*pipe, ordered)
-                                    : omni::train::evaluate_model(*pipe, ordered, options);
+    const auto result =
+        reconstruct  ? omni::train::evaluate_reconstruction(*pipe, ordered)
+        : from_sigma ? omni::train::evaluate_from_noised(*pipe, ordered, options, *from_sigma)
+                     : omni::train::evaluate_model(*pipe, ordered, options);
     std::cout << omni::train::format_report(result);
     if (!sheet.empty()) {
       const auto png = omni::io::encode_png(omni::train::case_sheet(result.cases, sheet_rows));
