@@ -144,7 +144,7 @@ ComponentConfigs component_configs(const ModelSizes& s) {
 }
 
 fs::path train_tokenizer(const fs::path& dir, const std::vector<std::string>& sentences,
-                         int vocab_size) {
+                         int vocab_size, const std::string& model_type) {
   fs::create_directories(dir);
   const auto corpus = dir / "corpus.txt";
   {
@@ -152,14 +152,15 @@ fs::path train_tokenizer(const fs::path& dir, const std::vector<std::string>& se
     for (const auto& s : sentences) out << s << "\n";
   }
   const auto log = dir / "spm_train.log";
-  // Unigram pieces over the grammar's words; T5 ids (tokenizer.h).
-  const std::string command =
-      "spm_train --input=" + quoted(corpus) + " --model_prefix=" + quoted(dir / "spiece") +
-      " --vocab_size=" + std::to_string(vocab_size) +
-      " --hard_vocab_limit=false --model_type=unigram --character_coverage=1.0"
-      " --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1 --num_threads=1"
-      " --minloglevel=2 > " +
-      quoted(log) + " 2>&1";
+  // T5 ids (tokenizer.h).
+  const std::string command = "spm_train --input=" + quoted(corpus) +
+                              " --model_prefix=" + quoted(dir / "spiece") +
+                              " --vocab_size=" + std::to_string(vocab_size) +
+                              " --hard_vocab_limit=false --model_type=" + model_type +
+                              " --character_coverage=1.0"
+                              " --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1 --num_threads=1"
+                              " --minloglevel=2 > " +
+                              quoted(log) + " 2>&1";
   if (std::system(command.c_str()) != 0)
     throw std::runtime_error(
         "spm_train failed (is the Debian package 'sentencepiece' "

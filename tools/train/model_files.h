@@ -53,10 +53,12 @@ struct ComponentConfigs {
 ComponentConfigs component_configs(const ModelSizes& sizes);
 
 // Trains tokenizer/spiece.model in `dir` with `spm_train` on `sentences`,
-// with T5's special ids (pad 0, eos 1, unk 2, no bos). std::runtime_error
-// naming the log file when spm_train fails or is missing.
+// with T5's special ids (pad 0, eos 1, unk 2, no bos); `model_type` is
+// spm_train's ("unigram", "word", …). std::runtime_error naming the log file
+// when spm_train fails or is missing.
 std::filesystem::path train_tokenizer(const std::filesystem::path& dir,
-                                      const std::vector<std::string>& sentences, int vocab_size);
+                                      const std::vector<std::string>& sentences, int vocab_size,
+                                      const std::string& model_type);
 
 // The trained components, as the directory stores them.
 struct TrainedModel {

@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
       ->default_val(o.sizes.vae_spatial);
   app.add_option("--dit-patch", f.sizes.dit_patch, "latent cells per token side")
       ->default_val(o.sizes.dit_patch);
+  app.add_option("--tokenizer", f.tokenizer_type, "SentencePiece model type: word or unigram")
+      ->default_val(o.tokenizer_type);
   app.add_option("--dataset-clips", f.dataset_clips)->default_val(o.dataset_clips);
   app.add_option("--dit-steps", f.dit_steps)->default_val(o.dit_steps);
   app.add_option("--dit-batch", f.dit_batch)->default_val(o.dit_batch);
@@ -71,6 +73,7 @@ int main(int argc, char** argv) {
   if (given("--z-dim")) options.sizes.z_dim = f.sizes.z_dim;
   if (given("--vae-spatial")) options.sizes.vae_spatial = f.sizes.vae_spatial;
   if (given("--dit-patch")) options.sizes.dit_patch = f.sizes.dit_patch;
+  if (given("--tokenizer")) options.tokenizer_type = f.tokenizer_type;
   if (given("--dataset-clips")) options.dataset_clips = f.dataset_clips;
   if (given("--dit-steps")) options.dit_steps = f.dit_steps;
   if (given("--dit-batch")) options.dit_batch = f.dit_batch;

@@ -41,6 +41,10 @@ struct TrainOptions {
   // sizes); the rest of the run is what it would have been after training it.
   std::filesystem::path vae_from;  // Note [A nearly deterministic VAE] in trainer.cpp
 
+  // SentencePiece model type of the tokenizer: "word" (a piece per word of
+  // the grammar) or "unigram" (Note [Word pieces] in trainer.cpp).
+  std::string tokenizer_type = "word";
+
   // Clips encoded once with the trained VAE for the expert phase.
   int dataset_clips = 2000;
 

@@ -1,11 +1,17 @@
 // The training pieces that shape what the models learn from: the VAE's
 // colour jitter (it must keep the held-out combinations unseen), the latent
-// grid of the shape mask and the weighted flow-matching loss.
+// grid of the shape mask, the weighted flow-matching loss and the
+// tokenizer's pieces.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+#include <filesystem>
 #include <random>
+#include <sstream>
 
+#include "model_files.h"
+#include "omni/io/tokenizer.h"
 #include "shapes.h"
 #include "training_parts.h"
 
@@ -35,6 +41,33 @@ TEST(Shapes, NearestColourOfThePalette) {
     EXPECT_EQ(nearest_colour(rgb_of(colour)), colour) << name_of(colour);
   EXPECT_EQ(nearest_colour({200, 60, 40}), Colour::kRed);
   EXPECT_EQ(nearest_colour({100, 110, 130}), Colour::kGray);
+}
+
+// Note [Word pieces]: spm_train's word model on the training prompts gives
+// every word of the grammar one piece, held-out prompts included (they use
+// the same words); its unigram model splits the words into near-letters.
+TEST(Tokenizer, WordModelGivesEveryWordOnePiece) {
+  if (!io::Tokenizer::available()) GTEST_SKIP() << "built without the SentencePiece module";
+  std::vector<std::string> corpus;
+  for (const auto& spec : all_specs())
+    if (!is_held_out(spec)) corpus.push_back(prompt_of(spec));
+  const auto base =
+      std::filesystem::temp_directory_path() / ("omni_word_pieces_" + std::to_string(::getpid()));
+  const auto word = io::Tokenizer::from_file(train_tokenizer(base / "word", corpus, 64, "word"));
+  const auto unigram =
+      io::Tokenizer::from_file(train_tokenizer(base / "unigram", corpus, 64, "unigram"));
+  std::filesystem::remove_all(base);
+  constexpr std::int64_t kUnk = 2;
+  for (const auto& spec : all_specs()) {
+    const auto prompt = prompt_of(spec);
+    std::istringstream in(prompt);
+    std::size_t words = 0;
+    for (std::string w; in >> w;) ++words;
+    const auto ids = word.encode(prompt);
+    EXPECT_EQ(ids.size(), words) << prompt;
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), kUnk), 0) << prompt;
+    EXPECT_GT(unigram.encode(prompt).size(), 2 * words) << prompt;
+  }
 }
 
 TEST(TrainingParts, JitteredColoursNeverNameAHeldOutCombination) {
