@@ -97,7 +97,7 @@ DenoiseResult OmniUnifiedPipeline::denoise(const torch::Tensor& prompt_embeds,
         step.noise_pred_cond = generator(model_input, step.timestep, cond_embeds);
         if (cfg) step.noise_pred_uncond = generator(model_input, step.timestep, uncond_embeds);
       },
-      observer, progress);
+      observer, progress, args.first_step);
 }
 
 GenerationOutput OmniUnifiedPipeline::run(const GenerationRequest& r, const RunContext& ctx) {

@@ -94,7 +94,7 @@ DenoiseResult WanPipeline::denoise(const torch::Tensor& prompt_embeds,
         step.noise_pred_cond = model(model_input, step.timestep, cond_embeds);
         if (cfg) step.noise_pred_uncond = model(model_input, step.timestep, uncond_embeds);
       },
-      observer, progress);
+      observer, progress, args.first_step);
 }
 
 torch::Tensor WanPipeline::unnormalize_latents(const torch::Tensor& latents) const {

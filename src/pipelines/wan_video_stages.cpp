@@ -99,14 +99,16 @@ void check_denoise_inputs(const models::wan::WanTransformer3DConfig& t_config,
 
 DenoiseResult run_denoise_loop(schedulers::Scheduler& scheduler, torch::Tensor latents, int steps,
                                const StepPredictor& predict, const StepObserver& observer,
-                               const ProgressFn& progress) {
+                               const ProgressFn& progress, int first_step) {
+  OMNI_CHECK(first_step >= 0 && first_step < steps, InvalidRequest,
+             "the first denoising step must be in 0..", steps - 1, ", got ", first_step);
   const auto device = latents.device();
   const auto batch = latents.size(0);
   scheduler.set_timesteps(steps);
-  scheduler.set_begin_index(0);
+  scheduler.set_begin_index(first_step);
   const auto timesteps = scheduler.timesteps();
   const int total = static_cast<int>(timesteps.size(0));
-  for (int i = 0; i < total; ++i) {
+  for (int i = first_step; i < total; ++i) {
     const auto t = timesteps[i];
     const double t_value = t.item<double>();
     DenoiseStep step;
@@ -129,19 +131,35 @@ DenoiseResult run_denoise_loop(schedulers::Scheduler& scheduler, torch::Tensor l
   return {latents, timesteps, scheduler.sigmas()};
 }
 
-torch::Tensor unnormalize_video_latents(const models::wan::AutoencoderKLWanConfig& v,
-                                        const torch::Tensor& latents, torch::ScalarType vae_dtype) {
-  const auto z = latents.to(vae_dtype);
+namespace {
+
+// latents_mean and 1/latents_std as [1, z_dim, 1, 1, 1] float32 tensors, as
+// diffusers builds them from the config lists.
+std::pair<torch::Tensor, torch::Tensor> latent_mean_and_inverse_std(
+    const models::wan::AutoencoderKLWanConfig& v) {
   const auto shape = std::vector<std::int64_t>{1, v.z_dim, 1, 1, 1};
-  // As diffusers: float32 tensors from the config lists, 1/std in float32, then
-  // both cast to the latents' dtype; divide by the reciprocal.
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
   std::vector<float> mean(v.latents_mean.begin(), v.latents_mean.end());
   std::vector<float> std_(v.latents_std.begin(), v.latents_std.end());
-  const auto mean_t = torch::tensor(mean, f32).view(shape).to(z.device(), z.scalar_type());
-  const auto inv_std_t =
-      torch::tensor(std_, f32).reciprocal().view(shape).to(z.device(), z.scalar_type());
-  return z / inv_std_t + mean_t;
+  return {torch::tensor(mean, f32).view(shape), torch::tensor(std_, f32).reciprocal().view(shape)};
+}
+
+}  // namespace
+
+torch::Tensor unnormalize_video_latents(const models::wan::AutoencoderKLWanConfig& v,
+                                        const torch::Tensor& latents, torch::ScalarType vae_dtype) {
+  const auto z = latents.to(vae_dtype);
+  // As diffusers: 1/std in float32, then both cast to the latents' dtype;
+  // divide by the reciprocal.
+  const auto [mean, inv_std] = latent_mean_and_inverse_std(v);
+  return z / inv_std.to(z.device(), z.scalar_type()) + mean.to(z.device(), z.scalar_type());
+}
+
+torch::Tensor normalize_video_latents(const models::wan::AutoencoderKLWanConfig& v,
+                                      const torch::Tensor& latents) {
+  const auto z = latents.to(torch::kFloat32);
+  const auto [mean, inv_std] = latent_mean_and_inverse_std(v);
+  return (z - mean.to(z.device())) * inv_std.to(z.device());
 }
 
 torch::Tensor postprocess_video(const torch::Tensor& decoded) {

@@ -194,6 +194,37 @@ TEST_F(WanPipelineTest, StepsFollowTheBoundaryAndGuidanceScales) {
                InvalidRequest);
 }
 
+TEST_F(WanPipelineTest, FirstStepContinuesTheScheduleFromThere) {
+  auto pipe = load(two_expert_dir());
+  const auto embeds = pipe->encode_prompt({"a red circle"}, torch::kCPU);
+  const auto negative = pipe->encode_prompt({""}, torch::kCPU);
+  const auto latents = pipe->prepare_latents(1, 32, 32, 5, 11, torch::kCPU);
+  std::vector<pipelines::DenoiseStep> whole;
+  pipe->denoise(embeds, negative, latents, {.steps = 6},
+                [&](const pipelines::DenoiseStep& s) { whole.push_back(s); });
+  ASSERT_EQ(whole.size(), 6u);
+  // Started from step 3's input, the run takes the whole run's last three
+  // timesteps and experts, and its first prediction is the whole run's
+  // fourth (later ones differ: UniPC keeps a history of predictions).
+  std::vector<pipelines::DenoiseStep> tail;
+  const auto result =
+      pipe->denoise(embeds, negative, whole[3].latents_in, {.steps = 6, .first_step = 3},
+                    [&](const pipelines::DenoiseStep& s) { tail.push_back(s); });
+  ASSERT_EQ(tail.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(tail[i].index, 3 + i);
+    EXPECT_EQ(tail[i].total, 6);
+    EXPECT_TRUE(torch::equal(tail[i].timestep, whole[3 + i].timestep)) << i;
+    EXPECT_EQ(tail[i].expert, whole[3 + i].expert) << i;
+  }
+  EXPECT_TRUE(torch::equal(tail[0].noise_pred, whole[3].noise_pred));
+  EXPECT_TRUE(torch::equal(result.latents, tail.back().latents_out));
+  for (int bad : {-1, 6})
+    EXPECT_THROW(pipe->denoise(embeds, negative, latents, {.steps = 6, .first_step = bad}),
+                 InvalidRequest)
+        << bad;
+}
+
 TEST_F(WanPipelineTest, PromptEmbeddingsAreZeroPastEachPromptsLength) {
   auto pipe = load(two_expert_dir());
   constexpr std::int64_t kLength = 48;
@@ -215,7 +246,7 @@ TEST_F(WanPipelineTest, PromptEmbeddingsAreZeroPastEachPromptsLength) {
   EXPECT_THROW(pipe->set_max_sequence_length(0), InvalidRequest);
 }
 
-TEST_F(WanPipelineTest, UnnormalisationDividesByTheReciprocalStd) {
+TEST_F(WanPipelineTest, NormalisationUsesTheReciprocalStdBothWays) {
   auto pipe = load(two_expert_dir());
   const auto latents = torch::randn({1, 4, 2, 4, 6});
   const auto& v = pipe->vae->config();
@@ -224,6 +255,11 @@ TEST_F(WanPipelineTest, UnnormalisationDividesByTheReciprocalStd) {
   const auto expected =
       latents / std_.reciprocal().view({1, 4, 1, 1, 1}) + mean.view({1, 4, 1, 1, 1});
   EXPECT_TRUE(torch::equal(pipe->unnormalize_latents(latents), expected));
+  // normalize_video_latents is its inverse, multiplying by the reciprocal.
+  const auto normalised = pipelines::normalize_video_latents(v, expected);
+  EXPECT_TRUE(torch::equal(normalised, (expected - mean.view({1, 4, 1, 1, 1})) *
+                                           std_.reciprocal().view({1, 4, 1, 1, 1})));
+  EXPECT_TRUE(torch::allclose(normalised, latents, 1e-5, 1e-5));
 }
 
 TEST_F(WanPipelineTest, PostprocessingMapsMinusOneOneToBytes) {

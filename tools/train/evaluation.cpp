@@ -79,14 +79,6 @@ EvalResult evaluate_from_noised(pipelines::Pipeline& pipe, const std::vector<Eva
   const double g1 = options.guidance_scale.value_or(wan->defaults().guidance_scale);
   const double g2 = options.guidance_scale.value_or(
       wan->has_transformer_2() ? wan->defaults().guidance_scale_2 : wan->defaults().guidance_scale);
-  const auto& vae_config = wan->vae->config();
-  const auto shape = std::vector<std::int64_t>{1, vae_config.z_dim, 1, 1, 1};
-  const auto mean = torch::tensor(std::vector<float>(vae_config.latents_mean.begin(),
-                                                     vae_config.latents_mean.end()))
-                        .view(shape);
-  const auto std_ = torch::tensor(std::vector<float>(vae_config.latents_std.begin(),
-                                                     vae_config.latents_std.end()))
-                        .view(shape);
   const auto negative = wan->encode_prompt({""}, cpu);
   EvalResult result;
   for (const auto& c : cases) {
@@ -94,35 +86,27 @@ EvalResult evaluate_from_noised(pipelines::Pipeline& pipe, const std::vector<Eva
     const ClipGeometry geometry{
         .width = options.size, .height = options.size, .frames = options.num_frames};
     const auto video = draw_clip(place_clip(rng, c.spec, geometry), geometry).unsqueeze(0);
-    const auto x0 = (wan->vae->encode(video).mean - mean) / std_;
+    const auto x0 =
+        pipelines::normalize_video_latents(wan->vae->config(), wan->vae->encode(video).mean);
     const auto noise =
         wan->prepare_latents(1, options.size, options.size, options.num_frames, c.seed, cpu);
     if (!x0.sizes().equals(noise.sizes()))
       throw std::logic_error("the drawn clip's latents do not match the pipeline's noise");
+    pipelines::DenoiseArgs args;
+    args.steps = steps;
+    args.guidance_scale = g1;
+    args.guidance_scale_2 = g2;
+    // The first step of the schedule at or below sigma_start.
     auto scheduler = wan->make_scheduler();
     scheduler->set_timesteps(steps);
     const auto sigmas = scheduler->sigmas();
-    int begin = 0;
-    while (begin < steps && sigmas[begin].item<double>() > sigma_start) ++begin;
-    scheduler->set_begin_index(begin);
-    const double sigma = sigmas[begin].item<double>();
-    auto x = (1.0 - sigma) * x0 + sigma * noise;
+    while (args.first_step < steps - 1 && sigmas[args.first_step].item<double>() > sigma_start)
+      ++args.first_step;
+    const double sigma = sigmas[args.first_step].item<double>();
     const auto prompt = prompt_of(c.spec);
-    const auto embeds = wan->encode_prompt({prompt}, cpu);
-    for (int i = begin; i < steps; ++i) {
-      const auto timestep = scheduler->timesteps().slice(0, i, i + 1);
-      const double t = timestep.item<double>();
-      const int expert = wan->expert_for(t);
-      auto& model = expert == 0 ? wan->transformer : wan->transformer_2;
-      const double g = expert == 0 ? g1 : g2;
-      const auto cond = model(x, timestep, embeds);
-      auto prediction = cond;
-      if (g > 1.0) {
-        const auto uncond = model(x, timestep, negative);
-        prediction = uncond + g * (cond - uncond);
-      }
-      x = scheduler->step(prediction, t, x);
-    }
+    const auto x = wan->denoise(wan->encode_prompt({prompt}, cpu), negative,
+                                (1.0 - sigma) * x0 + sigma * noise, args)
+                       .latents;
     const auto decoded = wan->decode(wan->unnormalize_latents(x));
     const auto frames = to_uint8_frames(decoded[0]);
     CaseResult r{c, prompt, measure_clip(frames), {}, frames};

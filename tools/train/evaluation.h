@@ -50,10 +50,11 @@ EvalResult evaluate_reconstruction(pipelines::Pipeline& pipe, const std::vector<
 // Note [Denoising a drawn clip]
 // Where the experts lose the shape: each case's spec is drawn and encoded as
 // in evaluate_reconstruction, noised to the first noise level of the
-// pipeline's schedule at or below `sigma_start` (x = (1 − σ)·x₀ + σ·ε, ε the
-// case's initial noise), then denoised by the pipeline's experts and
-// scheduler over the rest of the schedule, with the case's prompt and the
-// pipeline's guidance, and decoded. σ near 0 measures the VAE; σ = 1 the
+// pipeline's schedule at or below `sigma_start`, or its last step's (x =
+// (1 − σ)·x₀ + σ·ε, x₀ normalised as the pipeline's latents, ε the case's
+// initial noise), then denoised by WanPipeline::denoise from that step on
+// (DenoiseArgs::first_step), with the case's prompt and the pipeline's
+// guidance, and decoded. σ near 0 measures the VAE; σ = 1 the
 // whole generation; in between, whether the experts keep a shape they are
 // given. `pipe` must be a WanPipeline; std::invalid_argument otherwise or
 // when sigma_start is outside (0, 1].

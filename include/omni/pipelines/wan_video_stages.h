@@ -54,6 +54,10 @@ struct DenoiseArgs {
   double guidance_scale = 4.0;
   // Used for transformer_2's steps; null means guidance_scale (as diffusers).
   std::optional<double> guidance_scale_2;
+  // The schedule step to start from, 0..steps−1: the latents are then already
+  // noised to that step's sigma (a drawn clip denoised part of the way, as
+  // omni-quality --from-sigma does). 0 is a whole generation.
+  int first_step = 0;
 };
 
 struct DenoiseResult {
@@ -127,14 +131,22 @@ void check_denoise_inputs(const models::wan::WanTransformer3DConfig& denoiser,
 using StepPredictor = std::function<void(DenoiseStep& step, double t)>;
 
 // The loop of Note [WanPipeline loop] with the denoiser call left to
-// `predict`: set_timesteps(steps), set_begin_index(0), then for each
-// timestep t: timestep = t expanded to the batch on the latents' device,
+// `predict`: set_timesteps(steps), set_begin_index(first_step), then for each
+// timestep t from first_step on: timestep = t expanded to the batch on the latents' device,
 // predict, noise_pred = uncond + g·(cond − uncond) when an unconditional
 // prediction was made (else cond), latents = scheduler.step(noise_pred, t,
 // latents), observer, progress.
+// DenoiseStep::index counts from first_step, total is `steps`. InvalidRequest
+// unless 0 ≤ first_step < steps.
 DenoiseResult run_denoise_loop(schedulers::Scheduler& scheduler, torch::Tensor latents, int steps,
                                const StepPredictor& predict, const StepObserver& observer = {},
-                               const ProgressFn& progress = {});
+                               const ProgressFn& progress = {}, int first_step = 0);
+
+// The inverse of unnormalize_video_latents: (latents − latents_mean) ·
+// (1/latents_std) per channel, in float32 (what diffusers does to a VAE's
+// encoding before noising it).
+torch::Tensor normalize_video_latents(const models::wan::AutoencoderKLWanConfig& vae,
+                                      const torch::Tensor& latents);
 
 // latents / (1/latents_std) + latents_mean per channel, in `vae_dtype`
 // (diffusers' un-normalisation, operation for operation).
