@@ -151,36 +151,53 @@ void drop_tied_copies(const std::string& class_name, std::vector<HeaderTensor>& 
   }
 }
 
-// What config.json implies, for the architectures omni implements.
-std::optional<std::uint64_t> config_parameter_count(const std::string& class_name,
-                                                    const fs::path& config_json) {
+// What config.json implies, for the architectures omni implements: the
+// whole component's count and, for OmniUnifiedTransformer, its generator's
+// (Note [A split transformer in a directory]).
+struct ConfigCounts {
+  std::optional<std::uint64_t> whole;
+  std::optional<std::uint64_t> generator;
+};
+
+ConfigCounts config_parameter_count(const std::string& class_name, const fs::path& config_json) {
   namespace wan = models::wan;
-  if (class_name == "WanTransformer3DModel")
-    return wan::WanTransformer3DModelImpl::parameter_count(
-        wan::WanTransformer3DConfig::from_file(config_json));
-  if (class_name == "UMT5EncoderModel")
-    return wan::UMT5EncoderModelImpl::parameter_count(wan::UMT5Config::from_file(config_json));
-  if (class_name == "AutoencoderKLWan")
-    return wan::AutoencoderKLWanImpl::parameter_count(
-        wan::AutoencoderKLWanConfig::from_file(config_json));
-  if (class_name == "OmniUnifiedTransformer")
-    return models::unified::OmniUnifiedTransformerImpl::parameter_count(
-        models::unified::OmniUnifiedTransformerConfig::from_file(config_json));
-  return std::nullopt;
+  const auto count = [](std::int64_t n) { return static_cast<std::uint64_t>(n); };
+  ConfigCounts counts;
+  if (class_name == "WanTransformer3DModel") {
+    counts.whole = count(wan::WanTransformer3DModelImpl::parameter_count(
+        wan::WanTransformer3DConfig::from_file(config_json)));
+  } else if (class_name == "UMT5EncoderModel") {
+    counts.whole =
+        count(wan::UMT5EncoderModelImpl::parameter_count(wan::UMT5Config::from_file(config_json)));
+  } else if (class_name == "AutoencoderKLWan") {
+    counts.whole = count(wan::AutoencoderKLWanImpl::parameter_count(
+        wan::AutoencoderKLWanConfig::from_file(config_json)));
+  } else if (class_name == "OmniUnifiedTransformer") {
+    const auto config = models::unified::OmniUnifiedTransformerConfig::from_file(config_json);
+    counts.whole = count(models::unified::OmniUnifiedTransformerImpl::parameter_count(config));
+    counts.generator = count(wan::WanTransformer3DModelImpl::parameter_count(config.generator));
+  }
+  return counts;
 }
 
-void check_against_config(ComponentPlan& c, const fs::path& dir) {
+// Sets c.config_parameters (or c.note when config.json cannot be used or
+// disagrees with the weights); returns the generator's count of a unified
+// transformer.
+std::optional<std::uint64_t> check_against_config(ComponentPlan& c, const fs::path& dir) {
   const auto config_json = dir / "config.json";
-  if (!fs::exists(config_json)) return;
+  if (!fs::exists(config_json)) return std::nullopt;
+  ConfigCounts counts;
   try {
-    c.config_parameters = config_parameter_count(c.class_name, config_json);
+    counts = config_parameter_count(c.class_name, config_json);
   } catch (const Error& e) {
     c.note = detail::concat("config.json cannot be used: ", e.what());
-    return;
+    return std::nullopt;
   }
+  c.config_parameters = counts.whole;
   if (c.config_parameters && *c.config_parameters != c.parameters)
     c.note = detail::concat("config.json implies ", *c.config_parameters,
                             " parameters but the weights hold ", c.parameters);
+  return counts.generator;
 }
 
 // Note [A split transformer in a directory]
@@ -192,9 +209,9 @@ void check_against_config(ComponentPlan& c, const fs::path& dir) {
 // paths the pipeline registers), by the key prefixes of its tensors; each
 // row's config count is the generator's WanTransformer3DModel count, or the
 // rest of the whole model's.
-std::vector<ComponentPlan> split_unified_transformer(const ComponentPlan& whole,
-                                                     const std::vector<HeaderTensor>& tensors,
-                                                     const fs::path& folder) {
+std::vector<ComponentPlan> split_unified_transformer(
+    const ComponentPlan& whole, const std::vector<HeaderTensor>& tensors, const fs::path& folder,
+    std::optional<std::uint64_t> generator_config_parameters) {
   static const std::vector<std::string> kParts = {"reasoner", "generator"};
   std::vector<ComponentPlan> rows;
   for (const auto& part : kParts) {
@@ -215,11 +232,8 @@ std::vector<ComponentPlan> split_unified_transformer(const ComponentPlan& whole,
                "'generator.' prefix)");
     add_tensor(rows[static_cast<std::size_t>(part - kParts.begin())], t);
   }
-  if (whole.config_parameters && whole.note.empty()) {
-    const auto config =
-        models::unified::OmniUnifiedTransformerConfig::from_file(folder / "config.json");
-    const auto generator = static_cast<std::uint64_t>(
-        models::wan::WanTransformer3DModelImpl::parameter_count(config.generator));
+  if (whole.config_parameters && generator_config_parameters && whole.note.empty()) {
+    const auto generator = *generator_config_parameters;
     rows[0].config_parameters = *whole.config_parameters - generator;
     rows[1].config_parameters = generator;
     for (auto& row : rows)
@@ -280,9 +294,9 @@ ModelPlan inspect_directory(const std::string& model) {
       auto tensors = read_weights(c, folder);
       drop_tied_copies(c.class_name, tensors);
       for (const auto& t : tensors) add_tensor(c, t);
-      check_against_config(c, folder);
+      const auto generator_parameters = check_against_config(c, folder);
       if (c.class_name == "OmniUnifiedTransformer") {
-        for (auto& row : split_unified_transformer(c, tensors, folder))
+        for (auto& row : split_unified_transformer(c, tensors, folder, generator_parameters))
           plan.components.push_back(std::move(row));
         continue;
       }
