@@ -128,11 +128,26 @@ double uniform(std::mt19937_64& rng, double lo, double hi) {
 
 }  // namespace
 
+// Note [How fast the shapes move]
+// A moving shape covers 2.5–3.5 pixels a frame (ClipGeometry's speeds): 20–28
+// pixels over the 9 frames. The VAE's latent frame holds 4 video frames
+// (`temperal_downsample` [true, true]), so it encodes a shape that moves
+// 10–14 pixels, more than half its size, within one latent frame, and gives
+// moving squares and triangles back with rounded corners (every
+// --reconstruct shape miss is a moving shape). Tried 2026-12-04: at 1.5–2
+// pixels a frame (12–16 over the clip) the same VAE recipe reconstructs
+// shape 83.3% seen / 62.5% held-out (z_dim 8; 66.7 / 45.8 at today's speed)
+// and 91.7 / 66.7 (z_dim 16; 83.3 / 54.2), its misses then shapes on gray;
+// but experts trained on the z_dim 16 one (3000 steps) drew almost nothing
+// moving: generation read direction 33.3 / 8.3, shape 37.5 / 20.8, held-out
+// foreground 62.5 (docs/tiny-shapes.md). So the speed stays until a slower
+// world is shown to train experts that keep the direction.
 ShapeClip place_clip(std::mt19937_64& rng, const ShapeSpec& spec, const ClipGeometry& geometry) {
   ShapeClip clip;
   clip.spec = spec;
   clip.radius = uniform(rng, 8.0, 11.0);
-  clip.speed = spec.motion == Motion::kStill ? 0.0 : uniform(rng, 2.5, 3.5);
+  clip.speed =
+      spec.motion == Motion::kStill ? 0.0 : uniform(rng, geometry.min_speed, geometry.max_speed);
   const double travel = clip.speed * static_cast<double>(geometry.frames - 1);
   const double margin = clip.radius + 1.0;
   const auto w = static_cast<double>(geometry.width);

@@ -66,6 +66,10 @@ struct ClipGeometry {
   std::int64_t width = 64;
   std::int64_t height = 64;
   std::int64_t frames = 9;  // 1 + 4k for the Wan VAE
+  // Pixels per frame of a moving shape, drawn uniformly in [min, max]
+  // (Note [How fast the shapes move] in shapes.cpp).
+  double min_speed = 2.5;
+  double max_speed = 3.5;
 };
 inline constexpr ClipGeometry kClipGeometry{};
 
