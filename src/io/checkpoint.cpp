@@ -49,9 +49,10 @@ Checkpoint Checkpoint::open_index(const fs::path& index_json) {
 WeightFiles locate_weights(const fs::path& dir, const std::vector<std::string>& stems) {
   OMNI_CHECK(fs::is_directory(dir), FormatError, dir.string(), ": not a directory");
   for (const auto& stem : stems) {
-    if (fs::exists(dir / (stem + ".safetensors"))) return {.file = dir / (stem + ".safetensors")};
+    if (fs::exists(dir / (stem + ".safetensors")))
+      return {.index_json = {}, .file = dir / (stem + ".safetensors")};
     if (fs::exists(dir / (stem + ".safetensors.index.json")))
-      return {.index_json = dir / (stem + ".safetensors.index.json")};
+      return {.index_json = dir / (stem + ".safetensors.index.json"), .file = {}};
   }
   std::vector<fs::path> indexes, files;
   for (const auto& e : fs::directory_iterator(dir)) {
@@ -63,12 +64,12 @@ WeightFiles locate_weights(const fs::path& dir, const std::vector<std::string>& 
   }
   OMNI_CHECK(indexes.size() <= 1, FormatError, dir.string(),
              ": several *.safetensors.index.json files");
-  if (indexes.size() == 1) return {.index_json = indexes[0]};
+  if (indexes.size() == 1) return {.index_json = indexes[0], .file = {}};
   OMNI_CHECK(!files.empty(), FormatError, dir.string(),
              ": no .safetensors weights found (omni reads safetensors only)");
   OMNI_CHECK(files.size() == 1, FormatError, dir.string(),
              ": several .safetensors files and no index.json to say which to use");
-  return {.file = files[0]};
+  return {.index_json = {}, .file = files[0]};
 }
 
 Checkpoint Checkpoint::open_dir(const fs::path& dir, const std::string& stem) {
