@@ -47,6 +47,38 @@ TEST(Shapes, ClipStaysInsideAndHasVideoRange) {
   }
 }
 
+// A geometry's radii and speeds are the ones drawn, and at the largest size
+// the path still fits (Note [How large the shapes are]): every frame keeps
+// the shape's whole extent inside.
+TEST(Shapes, PlacementFollowsTheGeometry) {
+  ClipGeometry large;
+  large.min_radius = 12.0;
+  large.max_radius = 15.0;
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 200; ++i) {
+    const auto clip = sample_clip(rng, Split::kAny, large);
+    EXPECT_GE(clip.radius, 12.0);
+    EXPECT_LE(clip.radius, 15.0);
+    if (clip.spec.motion == Motion::kStill) {
+      EXPECT_EQ(clip.speed, 0.0);
+      continue;
+    }
+    EXPECT_GE(clip.speed, large.min_speed);
+    EXPECT_LE(clip.speed, large.max_speed);
+    const double travel = clip.speed * static_cast<double>(large.frames - 1);
+    const double end_x = clip.start_x + (clip.spec.motion == Motion::kRight  ? travel
+                                         : clip.spec.motion == Motion::kLeft ? -travel
+                                                                             : 0.0);
+    const double end_y = clip.start_y + (clip.spec.motion == Motion::kDown ? travel
+                                         : clip.spec.motion == Motion::kUp ? -travel
+                                                                           : 0.0);
+    for (const double c : {clip.start_x, end_x, clip.start_y, end_y}) {
+      EXPECT_GE(c - clip.radius, 0.0) << prompt_of(clip.spec);
+      EXPECT_LE(c + clip.radius, 64.0) << prompt_of(clip.spec);
+    }
+  }
+}
+
 // Every spec, drawn at a random placement: the measurement must name it.
 TEST(Quality, RecognisesEveryDrawnSpec) {
   std::mt19937_64 rng(3);

@@ -142,10 +142,22 @@ double uniform(std::mt19937_64& rng, double lo, double hi) {
 // moving: generation read direction 33.3 / 8.3, shape 37.5 / 20.8, held-out
 // foreground 62.5 (docs/tiny-shapes.md). So the speed stays until a slower
 // world is shown to train experts that keep the direction.
+//
+// Note [How large the shapes are]
+// A shape's half-extent is 8–11 pixels (ClipGeometry's radii): 16–22 pixels
+// across, 4–5.5 latent cells, 2–3 expert tokens. Tried 2026-12-04 with
+// 12–15 (24–30 pixels; the path still fits at 3.5 pixels a frame): the VAE
+// recipe (z_dim 8) then reconstructs shape 83.3% seen / 79.2% held-out
+// (66.7 / 45.8 at today's size; its misses all triangles, fill 0.64–0.71),
+// but the experts trained on it with the default recipe (5000 steps) drew
+// blobs as before and lost held-out colour and direction: generation read
+// seen 100 / 100 / 41.7 / 100, held-out 62.5 / 100 / 16.7 / 62.5
+// (docs/tiny-shapes.md). So the size stays; the experts, not the VAE, are
+// what keeps the shape below the bar at that size.
 ShapeClip place_clip(std::mt19937_64& rng, const ShapeSpec& spec, const ClipGeometry& geometry) {
   ShapeClip clip;
   clip.spec = spec;
-  clip.radius = uniform(rng, 8.0, 11.0);
+  clip.radius = uniform(rng, geometry.min_radius, geometry.max_radius);
   clip.speed =
       spec.motion == Motion::kStill ? 0.0 : uniform(rng, geometry.min_speed, geometry.max_speed);
   const double travel = clip.speed * static_cast<double>(geometry.frames - 1);

@@ -70,6 +70,10 @@ struct ClipGeometry {
   // (Note [How fast the shapes move] in shapes.cpp).
   double min_speed = 2.5;
   double max_speed = 3.5;
+  // Half the shape's extent in pixels, drawn uniformly in [min, max]
+  // (Note [How large the shapes are] in shapes.cpp).
+  double min_radius = 8.0;
+  double max_radius = 11.0;
 };
 inline constexpr ClipGeometry kClipGeometry{};
 
