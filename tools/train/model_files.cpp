@@ -43,6 +43,17 @@ std::string quoted(const fs::path& path) {
   return out + "'";
 }
 
+// One flag per downsampling level (2 at vae_spatial 4, 3 at 8): the first
+// levels keep time and the last one or two halve it, as Wan's [false, true,
+// true] does.
+nlohmann::json temporal_flags(const ModelSizes& s) {
+  const auto levels = s.vae_spatial == 8 ? 3 : 2;
+  const auto halving = s.vae_temporal == 4 ? 2 : 1;
+  auto flags = nlohmann::json::array();
+  for (int i = 0; i < levels; ++i) flags.push_back(i >= levels - halving);
+  return flags;
+}
+
 }  // namespace
 
 ComponentConfigs component_configs(const ModelSizes& s) {
@@ -106,9 +117,8 @@ ComponentConfigs component_configs(const ModelSizes& s) {
            {"out_channels", 3},
            {"patch_size", nullptr},
            {"scale_factor_spatial", s.vae_spatial},
-           {"scale_factor_temporal", 4},
-           {"temperal_downsample",
-            s.vae_spatial == 8 ? nlohmann::json{false, true, true} : nlohmann::json{true, true}},
+           {"scale_factor_temporal", s.vae_temporal},
+           {"temperal_downsample", temporal_flags(s)},
            {"z_dim", s.z_dim}};
   c.scheduler = {{"_class_name", "FlowMatchEulerDiscreteScheduler"},
                  {"_diffusers_version", "0.35.0"},

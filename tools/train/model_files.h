@@ -21,8 +21,12 @@ struct ModelSizes {
   std::int64_t vae_base_dim = 12;
   std::int64_t z_dim = 8;
   // Pixels per latent cell along each side: 8 (Wan's 4 levels) or 4 (one
-  // level fewer). Time is always 4x.
+  // level fewer).
   std::int64_t vae_spatial = 4;
+  // Video frames per latent frame after the first: 4 (Wan's) or 2 (the last
+  // downsampling level keeps time; Note [Frames per latent frame] in
+  // shapes.cpp).
+  std::int64_t vae_temporal = 4;
   // Latent cells per transformer token along each side (patch_size (1, p, p)).
   std::int64_t dit_patch = 2;
   std::int64_t dit_heads = 4;

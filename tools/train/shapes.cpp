@@ -154,6 +154,22 @@ double uniform(std::mt19937_64& rng, double lo, double hi) {
 // seen 100 / 100 / 41.7 / 100, held-out 62.5 / 100 / 16.7 / 62.5
 // (docs/tiny-shapes.md). So the size stays; the experts, not the VAE, are
 // what keeps the shape below the bar at that size.
+//
+// Note [Frames per latent frame]
+// `omni-train --vae-temporal 2` builds the VAE with `temperal_downsample`
+// [false, true] (ModelSizes::vae_temporal): a latent frame holds 2 video
+// frames, so a moving shape smears 5–7 pixels within one instead of 10–14,
+// and 9 frames give 5 latent frames (320 expert tokens, not 192). Tried
+// 2026-12-05 at today's size and speed: the VAE (1498 s) reconstructs shape
+// 87.5% seen / 70.8% held-out (66.7 / 45.8 with 4 frames), the best VAE yet
+// at this size; but experts trained on it (3000 steps, 1.2 s a step, 3646 s
+// with encoding) barely learnt the motion: generation read seen 100 / 100 /
+// 37.5 / 54.2, held-out 100 / 100 / 45.8 / 37.5 (direction 25.0 / 16.7 at
+// 2000 steps), and from drawn clips (`--from-sigma 0.4`) shape 58.3 / 45.8.
+// With the slower shapes above the same happened: when a shape moves less
+// than one expert token (8 pixels at patch 2) per latent frame, these
+// experts do not learn the direction in the steps this machine allows. So
+// Wan's 4 frames a latent frame stay the default (docs/tiny-shapes.md).
 ShapeClip place_clip(std::mt19937_64& rng, const ShapeSpec& spec, const ClipGeometry& geometry) {
   ShapeClip clip;
   clip.spec = spec;

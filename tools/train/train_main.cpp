@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
   app.add_option("--z-dim", f.sizes.z_dim)->default_val(o.sizes.z_dim);
   app.add_option("--vae-spatial", f.sizes.vae_spatial, "pixels per latent cell: 4 or 8")
       ->default_val(o.sizes.vae_spatial);
+  app.add_option("--vae-temporal", f.sizes.vae_temporal,
+                 "video frames per latent frame after the first: 4 or 2")
+      ->default_val(o.sizes.vae_temporal);
   app.add_option("--dit-patch", f.sizes.dit_patch, "latent cells per token side")
       ->default_val(o.sizes.dit_patch);
   app.add_option("--tokenizer", f.tokenizer_type, "SentencePiece model type: word or unigram")
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
   if (given("--dit-object-weight")) options.dit_object_weight = f.dit_object_weight;
   if (given("--z-dim")) options.sizes.z_dim = f.sizes.z_dim;
   if (given("--vae-spatial")) options.sizes.vae_spatial = f.sizes.vae_spatial;
+  if (given("--vae-temporal")) options.sizes.vae_temporal = f.sizes.vae_temporal;
   if (given("--dit-patch")) options.sizes.dit_patch = f.sizes.dit_patch;
   if (given("--tokenizer")) options.tokenizer_type = f.tokenizer_type;
   if (given("--dataset-clips")) options.dataset_clips = f.dataset_clips;

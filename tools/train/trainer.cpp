@@ -280,7 +280,7 @@ LatentSet encode_dataset(const TrainOptions& o, AutoencoderKLWan& vae, Component
     chunks.push_back(vae->encode(batch.video).mean);
     // batch.weight is 1 + 8·(the shape grown by a pixel), so > 1 marks the
     // shape (Note [Weighting the shape]).
-    objects.push_back(latent_cells(batch.weight > 1.0, o.sizes.vae_spatial));
+    objects.push_back(latent_cells(batch.weight > 1.0, o.sizes.vae_spatial, o.sizes.vae_temporal));
     set.prompts.insert(set.prompts.end(), batch.prompts.begin(), batch.prompts.end());
   }
   auto latents = torch::cat(chunks);
@@ -318,13 +318,13 @@ Example draw_example(std::mt19937_64& rng, const LatentSet& data, double prompt_
   return e;
 }
 
-torch::Tensor latent_cells(const torch::Tensor& mask, std::int64_t spatial) {
+torch::Tensor latent_cells(const torch::Tensor& mask, std::int64_t spatial, std::int64_t temporal) {
   const auto m = mask.to(torch::kFloat32);
-  TORCH_CHECK(m.dim() == 5 && (m.size(2) - 1) % 4 == 0,
-              "latent_cells: a [B, 1, 1 + 4k, H, W] mask");
-  // Frame 0 repeated to a whole window of 4, then every window pooled.
-  const auto padded = torch::cat({m.narrow(2, 0, 1).expand({-1, -1, 3, -1, -1}), m}, 2);
-  return torch::max_pool3d(padded, {4, spatial, spatial}, {4, spatial, spatial});
+  TORCH_CHECK(temporal >= 1 && m.dim() == 5 && (m.size(2) - 1) % temporal == 0,
+              "latent_cells: a [B, 1, 1 + ", temporal, "k, H, W] mask, got ", m.sizes());
+  // Frame 0 repeated to a whole window, then every window pooled.
+  const auto padded = torch::cat({m.narrow(2, 0, 1).expand({-1, -1, temporal - 1, -1, -1}), m}, 2);
+  return torch::max_pool3d(padded, {temporal, spatial, spatial}, {temporal, spatial, spatial});
 }
 
 FlowBatch flow_matching_batch(const LatentSet& data, const std::vector<std::int64_t>& index,
@@ -580,8 +580,11 @@ void TrainOptions::validate() const {
     throw std::invalid_argument("vae_crop must be 0 or a multiple of 8");
   if (vae_full_steps < 0 || vae_full_steps > vae_steps)
     throw std::invalid_argument("vae_full_steps must be in 0..vae_steps");
-  if (vae_frames != 0 && (vae_frames < 1 || (vae_frames - 1) % 4 != 0))
-    throw std::invalid_argument("vae_frames must be 0 or 1 + 4k");
+  if (sizes.vae_temporal != 2 && sizes.vae_temporal != 4)
+    throw std::invalid_argument("vae_temporal must be 2 or 4");
+  if (vae_frames != 0 && (vae_frames < 1 || (vae_frames - 1) % sizes.vae_temporal != 0))
+    throw std::invalid_argument("vae_frames must be 0 or 1 + " +
+                                std::to_string(sizes.vae_temporal) + "k");
   if (vae_colour_jitter < 0 || vae_colour_jitter > 1)
     throw std::invalid_argument("vae_colour_jitter must be in [0, 1]");
   if (!(dit_object_weight >= 0)) throw std::invalid_argument("dit_object_weight must be >= 0");

@@ -57,11 +57,12 @@ struct LatentSet {
   std::vector<std::string> prompts;
 };
 
-// A pixel mask [B, 1, F, H, W] (F = 1 + 4k) on the latent grid [B, 1, 1 + k,
-// H/spatial, W/spatial]: a cell is 1 when any pixel of its window is. The
-// first latent frame is frame 0 alone and each later one the next 4 frames,
-// as the Wan VAE's causal time compression groups them.
-torch::Tensor latent_cells(const torch::Tensor& mask, std::int64_t spatial);
+// A pixel mask [B, 1, F, H, W] (F = 1 + temporal·k) on the latent grid [B, 1,
+// 1 + k, H/spatial, W/spatial]: a cell is 1 when any pixel of its window is.
+// The first latent frame is frame 0 alone and each later one the next
+// `temporal` frames, as the Wan VAE's causal time compression groups them.
+torch::Tensor latent_cells(const torch::Tensor& mask, std::int64_t spatial,
+                           std::int64_t temporal = 4);
 LatentSet encode_dataset(const TrainOptions& o, models::wan::AutoencoderKLWan& vae,
                          ComponentConfigs& configs, std::mt19937_64& rng, std::ostream& log);
 

@@ -13,6 +13,7 @@
 #include "model_files.h"
 #include "omni/io/tokenizer.h"
 #include "shapes.h"
+#include "trainer.h"
 #include "training_parts.h"
 
 namespace omni::train {
@@ -108,6 +109,57 @@ TEST(TrainingParts, LatentCellsGroupFramesAsTheWanVae) {
   EXPECT_EQ(cells[0][0][1][3][0].item<float>(), 1.0f);
   EXPECT_EQ(cells[0][0][2][1][1].item<float>(), 1.0f);
   EXPECT_THROW(parts::latent_cells(torch::zeros({1, 1, 8, 16, 16}), 4), c10::Error);
+}
+
+TEST(TrainingParts, LatentCellsFollowATwoFrameVae) {
+  // 9 frames at 2 frames a latent frame → 5 latent frames: 0 | 1–2 | 3–4 | 5–6 | 7–8.
+  auto mask = torch::zeros({1, 1, 9, 8, 8});
+  mask[0][0][2][0][0] = 1;  // → latent frame 1
+  mask[0][0][3][7][7] = 1;  // → latent frame 2
+  mask[0][0][8][0][7] = 1;  // → latent frame 4
+  const auto cells = parts::latent_cells(mask, 4, 2);
+  ASSERT_EQ(cells.sizes(), (std::vector<std::int64_t>{1, 1, 5, 2, 2}));
+  EXPECT_EQ(cells.sum().item<float>(), 3.0f);
+  EXPECT_EQ(cells[0][0][1][0][0].item<float>(), 1.0f);
+  EXPECT_EQ(cells[0][0][2][1][1].item<float>(), 1.0f);
+  EXPECT_EQ(cells[0][0][4][0][1].item<float>(), 1.0f);
+  EXPECT_THROW(parts::latent_cells(torch::zeros({1, 1, 10, 8, 8}), 4, 2), c10::Error);
+}
+
+// The VAE config the trainer writes is one the library reads back with the
+// compression the sizes ask for (scale_factor_temporal is checked against the
+// flags when it is read).
+TEST(TrainingParts, VaeConfigDeclaresItsTimeCompression) {
+  for (std::int64_t spatial : {4, 8})
+    for (std::int64_t temporal : {2, 4}) {
+      ModelSizes sizes;
+      sizes.vae_spatial = spatial;
+      sizes.vae_temporal = temporal;
+      const auto config = models::wan::AutoencoderKLWanConfig::from_json(
+          component_configs(sizes).vae, "vae config");
+      EXPECT_EQ(config.temporal_compression(), temporal) << spatial << "x" << temporal;
+      EXPECT_EQ(config.spatial_compression(), spatial) << spatial << "x" << temporal;
+    }
+}
+
+// vae_frames must fit the time compression: 1 + 2k frames for a 2-frame VAE,
+// 1 + 4k for Wan's; other compressions are refused by name.
+TEST(TrainingParts, OptionsCheckFramesAgainstTheTimeCompression) {
+  TrainOptions o;
+  o.vae_frames = 7;
+  o.sizes.vae_temporal = 2;
+  EXPECT_NO_THROW(o.validate());
+  o.sizes.vae_temporal = 4;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.vae_frames = 9;
+  EXPECT_NO_THROW(o.validate());
+  o.sizes.vae_temporal = 3;
+  try {
+    o.validate();
+    ADD_FAILURE() << "vae_temporal 3 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("vae_temporal"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TrainingParts, WeightedMseIsTheMseForEqualWeightsAndFollowsTheWeights) {
