@@ -23,8 +23,8 @@ struct ModelSizes {
   // Pixels per latent cell along each side: 8 (Wan's 4 levels) or 4 (one
   // level fewer).
   std::int64_t vae_spatial = 4;
-  // Video frames per latent frame after the first: 4 (Wan's) or 2 (the last
-  // downsampling level keeps time; Note [Frames per latent frame] in
+  // Video frames per latent frame after the first: 4 (Wan's) or 2 (only the
+  // last downsampling level halves time; Note [Frames per latent frame] in
   // shapes.cpp).
   std::int64_t vae_temporal = 4;
   // Latent cells per transformer token along each side (patch_size (1, p, p)).

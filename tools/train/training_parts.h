@@ -61,8 +61,7 @@ struct LatentSet {
 // 1 + k, H/spatial, W/spatial]: a cell is 1 when any pixel of its window is.
 // The first latent frame is frame 0 alone and each later one the next
 // `temporal` frames, as the Wan VAE's causal time compression groups them.
-torch::Tensor latent_cells(const torch::Tensor& mask, std::int64_t spatial,
-                           std::int64_t temporal = 4);
+torch::Tensor latent_cells(const torch::Tensor& mask, std::int64_t spatial, std::int64_t temporal);
 LatentSet encode_dataset(const TrainOptions& o, models::wan::AutoencoderKLWan& vae,
                          ComponentConfigs& configs, std::mt19937_64& rng, std::ostream& log);
 

@@ -102,13 +102,13 @@ TEST(TrainingParts, LatentCellsGroupFramesAsTheWanVae) {
   mask[0][0][0][1][9] = 1;   // frame 0 → latent frame 0, cell (0, 2)
   mask[0][0][4][15][0] = 1;  // frames 1–4 → latent frame 1, cell (3, 0)
   mask[0][0][5][6][6] = 1;   // frames 5–8 → latent frame 2, cell (1, 1)
-  const auto cells = parts::latent_cells(mask, 4);
+  const auto cells = parts::latent_cells(mask, 4, 4);
   ASSERT_EQ(cells.sizes(), (std::vector<std::int64_t>{1, 1, 3, 4, 4}));
   EXPECT_EQ(cells.sum().item<float>(), 3.0f);
   EXPECT_EQ(cells[0][0][0][0][2].item<float>(), 1.0f);
   EXPECT_EQ(cells[0][0][1][3][0].item<float>(), 1.0f);
   EXPECT_EQ(cells[0][0][2][1][1].item<float>(), 1.0f);
-  EXPECT_THROW(parts::latent_cells(torch::zeros({1, 1, 8, 16, 16}), 4), c10::Error);
+  EXPECT_THROW(parts::latent_cells(torch::zeros({1, 1, 8, 16, 16}), 4, 4), c10::Error);
 }
 
 TEST(TrainingParts, LatentCellsFollowATwoFrameVae) {
