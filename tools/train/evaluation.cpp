@@ -103,7 +103,9 @@ EvalResult evaluate_from_noised(pipelines::Pipeline& pipe, const std::vector<Eva
     while (args.first_step < steps - 1 && sigmas[args.first_step].item<double>() > sigma_start)
       ++args.first_step;
     const double sigma = sigmas[args.first_step].item<double>();
-    const auto prompt = prompt_of(c.spec);
+    auto asked = c.spec;
+    if (options.prompt_shape) asked.shape = *options.prompt_shape;
+    const auto prompt = prompt_of(asked);
     const auto x = wan->denoise(wan->encode_prompt({prompt}, cpu), negative,
                                 (1.0 - sigma) * x0 + sigma * noise, args)
                        .latents;

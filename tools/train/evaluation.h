@@ -20,6 +20,10 @@ struct EvalOptions {
   std::optional<double> guidance_scale;
   int size = 64;
   int num_frames = 9;
+  // evaluate_from_noised only: the prompt names this shape instead of the
+  // drawn one (scores still compare with the drawn clip), to see whether the
+  // experts follow the shape word or the shape they are given.
+  std::optional<Shape> prompt_shape;
 };
 
 struct CaseResult {
@@ -53,11 +57,10 @@ EvalResult evaluate_reconstruction(pipelines::Pipeline& pipe, const std::vector<
 // pipeline's schedule at or below `sigma_start`, or its last step's (x =
 // (1 − σ)·x₀ + σ·ε, x₀ normalised as the pipeline's latents, ε the case's
 // initial noise), then denoised by WanPipeline::denoise from that step on
-// (DenoiseArgs::first_step), with the case's prompt and the pipeline's
-// guidance, and decoded. σ near 0 measures the VAE; σ = 1 the
-// whole generation; in between, whether the experts keep a shape they are
-// given. `pipe` must be a WanPipeline; std::invalid_argument otherwise or
-// when sigma_start is outside (0, 1].
+// (DenoiseArgs::first_step), with the case's prompt (EvalOptions::prompt_shape aside) and the
+// pipeline's guidance, and decoded. σ near 0 measures the VAE; σ = 1 the whole generation; in
+// between, whether the experts keep a shape they are given. `pipe` must be a WanPipeline;
+// std::invalid_argument otherwise or when sigma_start is outside (0, 1].
 EvalResult evaluate_from_noised(pipelines::Pipeline& pipe, const std::vector<EvalCase>& cases,
                                 const EvalOptions& options, double sigma_start);
 

@@ -1,5 +1,5 @@
 // omni-quality MODEL [--per-split N] [--steps N] [--guidance G] [--sheet PNG]
-// [--reconstruct | --from-sigma S]:
+// [--max-sequence-length N] [--reconstruct | --from-sigma S [--prompt-shape NAME]]:
 // generates the fixed evaluation prompts (quality.h: seen and held-out
 // combinations, fixed seeds) with the ordinary loader and prints what each
 // clip shows and the rates per split. Exit status: 0 measured; 1 failed.
@@ -11,6 +11,7 @@
 
 #include "evaluation.h"
 #include "omni/io/image_writer.h"
+#include "omni/pipelines/wan_pipeline.h"
 #include "trainer.h"
 
 int main(int argc, char** argv) {
@@ -25,6 +26,8 @@ int main(int argc, char** argv) {
   int sheet_rows = 12;
   bool reconstruct = false;
   std::optional<double> from_sigma;
+  std::string prompt_shape;
+  std::optional<std::int64_t> sequence_length;
   app.add_option("model", model, "model directory (diffusers layout)")->required();
   app.add_option("--per-split", per_split, "prompts seen in training and held out, each")
       ->default_val(per_split);
@@ -38,13 +41,30 @@ int main(int argc, char** argv) {
   app.add_option("--from-sigma", from_sigma,
                  "denoise drawn clips noised to this level (0, 1] instead of generating "
                  "(Note [Denoising a drawn clip])");
+  app.add_option("--prompt-shape", prompt_shape,
+                 "with --from-sigma: the prompt names this shape instead of the drawn one")
+      ->check(CLI::IsMember({"circle", "square", "triangle"}));
+  app.add_option("--max-sequence-length", sequence_length,
+                 "tokens each prompt is padded to (default: the pipeline's, 512)")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  if (!prompt_shape.empty() && !from_sigma) {
+    std::cerr << "omni-quality: --prompt-shape needs --from-sigma\n";
+    return 1;
+  }
   try {
     omni::train::configure_cpu(threads);
     auto pipe = omni::pipelines::load_pipeline(model);
+    if (sequence_length) {
+      auto* wan = dynamic_cast<omni::pipelines::WanPipeline*>(pipe.get());
+      if (wan == nullptr) throw std::invalid_argument("--max-sequence-length needs a WanPipeline");
+      wan->set_max_sequence_length(*sequence_length);
+    }
     omni::train::EvalOptions options;
     options.steps = steps;
     options.guidance_scale = guidance;
+    for (const auto shape : omni::train::kShapes)
+      if (omni::train::name_of(shape) == prompt_shape) options.prompt_shape = shape;
     // Interleave seen and held-out cases so a short sheet shows both.
     const auto cases = omni::train::evaluation_cases(per_split);
     std::vector<omni::train::EvalCase> ordered;

@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
   app.add_option("--dit-object-weight", f.dit_object_weight,
                  "extra loss weight of the latent cells the shape covers (0: plain MSE)")
       ->default_val(o.dit_object_weight);
+  app.add_option("--dit-outline-weight", f.dit_outline_weight,
+                 "further loss weight of the latent cells where the shapes differ")
+      ->default_val(o.dit_outline_weight);
   app.add_option("--z-dim", f.sizes.z_dim)->default_val(o.sizes.z_dim);
   app.add_option("--vae-spatial", f.sizes.vae_spatial, "pixels per latent cell: 4 or 8")
       ->default_val(o.sizes.vae_spatial);
@@ -73,6 +76,7 @@ int main(int argc, char** argv) {
   if (given("--vae-full-steps")) options.vae_full_steps = f.vae_full_steps;
   if (given("--vae-colour-jitter")) options.vae_colour_jitter = f.vae_colour_jitter;
   if (given("--dit-object-weight")) options.dit_object_weight = f.dit_object_weight;
+  if (given("--dit-outline-weight")) options.dit_outline_weight = f.dit_outline_weight;
   if (given("--z-dim")) options.sizes.z_dim = f.sizes.z_dim;
   if (given("--vae-spatial")) options.sizes.vae_spatial = f.sizes.vae_spatial;
   if (given("--vae-temporal")) options.sizes.vae_temporal = f.sizes.vae_temporal;

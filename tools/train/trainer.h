@@ -59,6 +59,9 @@ struct TrainOptions {
   // Extra weight of the latent cells the shape covers in the flow-matching
   // loss (Note [Weighting the shape] in trainer.cpp); 0: plain MSE.
   double dit_object_weight = 4.0;
+  // Further weight of the cells where another shape would differ (Note
+  // [Weighting the outline] in trainer.cpp); 0: none.
+  double dit_outline_weight = 0.0;
   double ema_decay = 0.995;
 
   int log_every = 50;

@@ -54,6 +54,9 @@ models::wan::AutoencoderKLWan load_trained_vae(const std::filesystem::path& mode
 struct LatentSet {
   torch::Tensor latents;  // [N, z, T, h, w], normalised
   torch::Tensor object;   // [N, 1, T, h, w]: 1 on latent cells the shape touches, else 0
+  // [N, 1, T, h, w]: 1 on latent cells where another shape drawn at the same
+  // place would cover other pixels (Note [Weighting the outline]), else 0.
+  torch::Tensor outline;
   std::vector<std::string> prompts;
 };
 
@@ -62,6 +65,12 @@ struct LatentSet {
 // The first latent frame is frame 0 alone and each later one the next
 // `temporal` frames, as the Wan VAE's causal time compression groups them.
 torch::Tensor latent_cells(const torch::Tensor& mask, std::int64_t spatial, std::int64_t temporal);
+// A pixel mask [1, F, H, W] of `clip`: 1 where the drawn clip differs from its
+// background.
+torch::Tensor shape_pixels(const ShapeClip& clip);
+// [1, F, H, W]: 1 on the pixels where `clip`'s shape and either other shape of
+// the grammar, drawn at the same place and size, differ.
+torch::Tensor outline_pixels(const ShapeClip& clip);
 LatentSet encode_dataset(const TrainOptions& o, models::wan::AutoencoderKLWan& vae,
                          ComponentConfigs& configs, std::mt19937_64& rng, std::ostream& log);
 
@@ -81,7 +90,8 @@ Example draw_example(std::mt19937_64& rng, const LatentSet& data, double prompt_
 // Rectified-flow inputs for clips `index` of `data` at noise levels
 // `sigmas`: x_σ = (1 − σ)·x₀ + σ·ε with ε from torch's generator, the target
 // velocity ε − x₀, the timesteps 1000·σ and the loss weight of each latent
-// cell, 1 + object_weight on the shape (Note [Weighting the shape]).
+// cell, 1 + object_weight on the shape (Note [Weighting the shape]) +
+// outline_weight where the shapes differ (Note [Weighting the outline]).
 struct FlowBatch {
   torch::Tensor noisy;
   torch::Tensor target;
@@ -89,7 +99,8 @@ struct FlowBatch {
   torch::Tensor weight;  // [B, 1, T, h, w]
 };
 FlowBatch flow_matching_batch(const LatentSet& data, const std::vector<std::int64_t>& index,
-                              const std::vector<float>& sigmas, double object_weight);
+                              const std::vector<float>& sigmas, double object_weight,
+                              double outline_weight);
 
 // Σ weight·(prediction − target)² / Σ weight over every channel: the MSE
 // when the weights are all equal.

@@ -180,15 +180,47 @@ TEST(TrainingParts, WeightedMseIsTheMseForEqualWeightsAndFollowsTheWeights) {
               cell_error.item<double>(), 1e-6);
 }
 
+TEST(TrainingParts, OutlineMarksWhereAnotherShapeWouldDiffer) {
+  ShapeClip clip;
+  clip.spec = {Colour::kRed, Shape::kCircle, Motion::kStill, Colour::kBlack};
+  clip.start_x = clip.start_y = 32;
+  clip.radius = 10;
+  const auto outline = parts::outline_pixels(clip);
+  ASSERT_EQ(outline.sizes(), (std::vector<std::int64_t>{1, 9, 64, 64}));
+  // Inside the square's corner, outside the circle: marked, in every frame.
+  EXPECT_EQ(outline[0][0][39][39].item<float>(), 1.0f);
+  EXPECT_EQ(outline[0][8][39][39].item<float>(), 1.0f);
+  // Inside every shape, and far outside all of them: not marked.
+  EXPECT_EQ(outline[0][0][33][32].item<float>(), 0.0f);
+  EXPECT_EQ(outline[0][0][2][2].item<float>(), 0.0f);
+  // Geometry only: the clip's colours do not move the outline.
+  auto recoloured = clip;
+  recoloured.foreground_rgb = std::array<int, 3>{10, 200, 90};
+  recoloured.background_rgb = std::array<int, 3>{250, 0, 128};
+  EXPECT_TRUE(torch::equal(parts::outline_pixels(recoloured), outline));
+  // The shape's own pixels: the circle covers its centre and not the corner.
+  const auto own = parts::shape_pixels(clip);
+  EXPECT_EQ(own[0][0][32][32].item<float>(), 1.0f);
+  EXPECT_EQ(own[0][0][39][39].item<float>(), 0.0f);
+}
+
 TEST(TrainingParts, FlowBatchWeighsTheShapeCells) {
   parts::LatentSet data;
   data.latents = torch::randn({3, 2, 3, 4, 4});
   data.object = torch::zeros({3, 1, 3, 4, 4});
   data.object[2][0][1][2][2] = 1;
-  const auto batch = parts::flow_matching_batch(data, {2, 0}, {0.5f, 0.25f}, 4.0);
+  data.outline = torch::zeros({3, 1, 3, 4, 4});
+  data.outline[2][0][1][2][2] = 1;
+  data.outline[2][0][1][2][3] = 1;
+  const auto batch = parts::flow_matching_batch(data, {2, 0}, {0.5f, 0.25f}, 4.0, 0.0);
   ASSERT_EQ(batch.weight.sizes(), (std::vector<std::int64_t>{2, 1, 3, 4, 4}));
   EXPECT_EQ(batch.weight[0][0][1][2][2].item<float>(), 5.0f);
   EXPECT_EQ(batch.weight.sum().item<float>(), 2 * 48 + 4.0f);
+  // The outline weight adds to the object weight where both mark a cell.
+  const auto outlined = parts::flow_matching_batch(data, {2, 0}, {0.5f, 0.25f}, 4.0, 3.0);
+  EXPECT_EQ(outlined.weight[0][0][1][2][2].item<float>(), 8.0f);
+  EXPECT_EQ(outlined.weight[0][0][1][2][3].item<float>(), 4.0f);
+  EXPECT_EQ(outlined.weight.sum().item<float>(), 2 * 48 + 4.0f + 6.0f);
   // x_σ = (1 − σ)·x₀ + σ·ε and v = ε − x₀ give x₀ = x_σ − σ·v.
   EXPECT_TRUE(
       torch::allclose(batch.noisy[1] - 0.25 * batch.target[1], data.latents[0], 1e-5, 1e-5));

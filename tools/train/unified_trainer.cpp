@@ -73,7 +73,7 @@ OmniUnifiedTransformer train_unified_model(const TrainOptions& o,
     const auto tokens = pipelines::tokenize_prompts(tokenizer, prompts, config.max_tokens);
     const auto context = model->reasoner(tokens.input_ids, tokens.attention_mask);
     const auto [noisy, target, timestep, weight] =
-        flow_matching_batch(data, index, sigmas, o.dit_object_weight);
+        flow_matching_batch(data, index, sigmas, o.dit_object_weight, o.dit_outline_weight);
     const auto loss = weighted_mse(model->generator(noisy, timestep, context), target, weight);
     optimizer_step(optimizer, loss, params);
     ema.update(step, o.ema_decay);
