@@ -491,7 +491,9 @@ namespace {
 // other shape drawn at the same centre and size would differ from its own,
 // pooled to latent cells (outline_pixels). Only masks of the other shapes are
 // drawn, never encoded, so nothing of a held-out combination's appearance
-// reaches the experts.
+// reaches the experts. Measured: weights 8 and 24 (4000 of 5000 steps) drew
+// shapes no better (shape seen / held-out 45.8 / 41.7 and 45.8 / 33.3) and
+// the fill per prompted shape stayed flat, so the default is 0.
 
 // Note [Training the experts]
 // Rectified flow as the pipeline samples it (FlowMatchEulerDiscreteScheduler):
