@@ -289,15 +289,17 @@ LatentSet encode_dataset(const TrainOptions& o, AutoencoderKLWan& vae, Component
     // batch.weight is 1 + 8·(the shape grown by a pixel), so > 1 marks the
     // shape (Note [Weighting the shape]).
     objects.push_back(latent_cells(batch.weight > 1.0, o.sizes.vae_spatial, o.sizes.vae_temporal));
-    std::vector<torch::Tensor> outline;
-    for (const auto& clip : batch.clips) outline.push_back(outline_pixels(clip));
-    outlines.push_back(
-        latent_cells(torch::stack(outline), o.sizes.vae_spatial, o.sizes.vae_temporal));
+    if (o.dit_outline_weight > 0) {
+      std::vector<torch::Tensor> outline;
+      for (const auto& clip : batch.clips) outline.push_back(outline_pixels(clip));
+      outlines.push_back(
+          latent_cells(torch::stack(outline), o.sizes.vae_spatial, o.sizes.vae_temporal));
+    }
     set.prompts.insert(set.prompts.end(), batch.prompts.begin(), batch.prompts.end());
   }
   auto latents = torch::cat(chunks);
   set.object = torch::cat(objects);
-  set.outline = torch::cat(outlines);
+  if (!outlines.empty()) set.outline = torch::cat(outlines);
   const auto mean = latents.mean({0, 2, 3, 4});
   const auto std = latents.std({0, 2, 3, 4}).clamp_min(1e-3);
   std::vector<double> mean_v, std_v;

@@ -55,7 +55,8 @@ struct LatentSet {
   torch::Tensor latents;  // [N, z, T, h, w], normalised
   torch::Tensor object;   // [N, 1, T, h, w]: 1 on latent cells the shape touches, else 0
   // [N, 1, T, h, w]: 1 on latent cells where another shape drawn at the same
-  // place would cover other pixels (Note [Weighting the outline]), else 0.
+  // place would cover other pixels (Note [Weighting the outline]), else 0;
+  // undefined when the run does not weigh the outline.
   torch::Tensor outline;
   std::vector<std::string> prompts;
 };
