@@ -38,20 +38,21 @@ int main(int argc, char** argv) {
   app.add_option("--sheet-rows", sheet_rows)->default_val(sheet_rows);
   app.add_flag("--reconstruct", reconstruct,
                "measure the VAE alone: drawn clips encoded and decoded (no prompts)");
-  app.add_option("--from-sigma", from_sigma,
-                 "denoise drawn clips noised to this level (0, 1] instead of generating "
-                 "(Note [Denoising a drawn clip])");
+  auto* from_sigma_option =
+      app.add_option("--from-sigma", from_sigma,
+                     "denoise drawn clips noised to this level (0, 1] instead of generating "
+                     "(Note [Denoising a drawn clip])");
+  std::vector<std::string> shape_names;
+  for (const auto shape : omni::train::kShapes)
+    shape_names.emplace_back(omni::train::name_of(shape));
   app.add_option("--prompt-shape", prompt_shape,
                  "with --from-sigma: the prompt names this shape instead of the drawn one")
-      ->check(CLI::IsMember({"circle", "square", "triangle"}));
+      ->check(CLI::IsMember(shape_names))
+      ->needs(from_sigma_option);
   app.add_option("--max-sequence-length", sequence_length,
                  "tokens each prompt is padded to (default: the pipeline's, 512)")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
-  if (!prompt_shape.empty() && !from_sigma) {
-    std::cerr << "omni-quality: --prompt-shape needs --from-sigma\n";
-    return 1;
-  }
   try {
     omni::train::configure_cpu(threads);
     auto pipe = omni::pipelines::load_pipeline(model);

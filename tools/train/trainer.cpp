@@ -487,8 +487,8 @@ namespace {
 // and the low-noise expert does not follow the shape word: drawn clips
 // noised to σ 0.6 and denoised with the prompt naming square, triangle or
 // circle all come back as circles (mean fill 0.79 / 0.78 / 0.79), and its
-// error on the shape's cells grows by 3% when the shape word is swapped
-// against 250% for the colour word. dit_outline_weight adds weight to the
+// error on the shape's cells at σ 0.6 grows by 3% when the shape word is
+// swapped against 280% for the colour word. dit_outline_weight adds weight to the
 // cells where the shapes differ: for each clip, the pixels where either
 // other shape drawn at the same centre and size would differ from its own,
 // pooled to latent cells (outline_pixels). Only masks of the other shapes are
