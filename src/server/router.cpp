@@ -12,6 +12,7 @@
 #include "generation.h"
 #include "omni/error.h"
 #include "service.h"
+#include "unix_time.h"
 
 namespace omni::server {
 
@@ -19,12 +20,6 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Invalid UTF-8 (which only our own messages could carry) is replaced, never thrown.
 std::string dump(const json& j) {

@@ -11,6 +11,7 @@
 #include "omni/io/video_writer.h"
 #include "router.h"
 #include "service.h"
+#include "unix_time.h"
 
 namespace omni::server {
 
@@ -31,12 +32,6 @@ void ServerOptions::validate() const {
 }
 
 namespace {
-
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // httplib's thread pool, plus a hook on the accept loop's idle ticks: that is
 // where a stop() that came before the loop started takes effect.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "unix_time.h"
+
 namespace omni::server {
 
 std::string_view to_string(JobStatus status) {
@@ -40,14 +42,6 @@ nlohmann::json VideoJob::to_json(std::int64_t ttl_seconds) const {
                    : nlohmann::json(nullptr);
   return j;
 }
-
-namespace {
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 VideoJobStore::VideoJobStore(std::chrono::seconds ttl, std::size_t max_finished, Clock clock)
     : ttl_(ttl),

@@ -7,7 +7,11 @@
 
 #include <functional>
 
+#include "support/tensor_checks.h"
+
 using namespace omni::models::wan;
+
+using omni::testing::max_abs_diff;
 
 namespace {
 
@@ -41,12 +45,6 @@ void randomize(torch::nn::Module& module, std::uint64_t seed) {
 
 torch::Tensor param(torch::nn::Module& module, const std::string& name) {
   return module.named_parameters()[name];
-}
-
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  if (a.sizes() != b.sizes()) return 1e9;
-  return (a - b).abs().max().item<double>();
 }
 
 // Causal conv over the whole clip: two zero frames in front, spatial padding 1.

@@ -10,16 +10,19 @@
 #include "omni/io/checkpoint.h"
 #include "omni/io/json_config.h"
 #include "omni/io/safetensors.h"
+#include "support/tensor_checks.h"
 
 namespace fs = std::filesystem;
 using namespace omni::models::wan;
+
+using omni::testing::max_abs_diff;
 
 namespace {
 
 const fs::path kVaeDir = fs::path(OMNI_TEST_DATA) / "wan/wan_vae";
 const fs::path kPipelineDir = fs::path(OMNI_TEST_DATA) / "wan/wan_pipeline";
 
-fs::path temp_dir() {
+fs::path vae_temp_dir() {
   auto dir = fs::temp_directory_path() / ("omni_vae_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir;
@@ -36,11 +39,6 @@ torch::Tensor fixture(const fs::path& file, const std::string& key) {
   return omni::io::SafetensorsFile::open(file)->view(key).clone();
 }
 
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
-
 std::string dtype_name(torch::ScalarType t) {
   return c10::toString(t);
 }
@@ -49,7 +47,7 @@ nlohmann::json fixture_config() {
   return omni::io::read_json_file(kVaeDir / "config.json");
 }
 
-std::string config_error(const nlohmann::json& json) {
+std::string vae_config_error(const nlohmann::json& json) {
   try {
     AutoencoderKLWanConfig::from_json(json, "vae/config.json");
   } catch (const omni::ConfigError& e) {
@@ -58,9 +56,9 @@ std::string config_error(const nlohmann::json& json) {
   return "no error";
 }
 
-std::string load_error(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                       const std::string& name) {
-  const auto path = temp_dir() / name;
+std::string vae_load_error(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                           const std::string& name) {
+  const auto path = vae_temp_dir() / name;
   omni::io::save_safetensors(path, tensors);
   AutoencoderKLWan vae(AutoencoderKLWanConfig::from_file(kVaeDir / "config.json"));
   try {
@@ -103,7 +101,7 @@ TEST(AutoencoderKLWanConfig, ParsesFixtureConfig) {
 TEST(AutoencoderKLWanConfig, UnknownFieldIsNamed) {
   auto json = fixture_config();
   json["temporal_downsample"] = json["temperal_downsample"];  // the "fixed" spelling is not a field
-  const auto msg = config_error(json);
+  const auto msg = vae_config_error(json);
   EXPECT_CONTAINS(msg, "unknown field 'temporal_downsample'");
   EXPECT_CONTAINS(msg, "vae/config.json");
 }
@@ -111,10 +109,10 @@ TEST(AutoencoderKLWanConfig, UnknownFieldIsNamed) {
 TEST(AutoencoderKLWanConfig, MissingOrMistypedFieldIsNamed) {
   auto missing = fixture_config();
   missing.erase("z_dim");
-  EXPECT_CONTAINS(config_error(missing), "missing required field 'z_dim'");
+  EXPECT_CONTAINS(vae_config_error(missing), "missing required field 'z_dim'");
   auto mistyped = fixture_config();
   mistyped["base_dim"] = "8";
-  EXPECT_CONTAINS(config_error(mistyped), "'base_dim' has the wrong type");
+  EXPECT_CONTAINS(vae_config_error(mistyped), "'base_dim' has the wrong type");
 }
 
 TEST(AutoencoderKLWanConfig, OlderConfigWithoutNewerFieldsUsesDefaults) {
@@ -132,29 +130,29 @@ TEST(AutoencoderKLWanConfig, OlderConfigWithoutNewerFieldsUsesDefaults) {
 TEST(AutoencoderKLWanConfig, UnimplementedOrInconsistentValuesAreRejected) {
   auto residual = fixture_config();
   residual["is_residual"] = true;
-  auto msg = config_error(residual);
+  auto msg = vae_config_error(residual);
   EXPECT_CONTAINS(msg, "'is_residual'");
   EXPECT_CONTAINS(msg, "not implemented");
 
   auto patched = fixture_config();
   patched["patch_size"] = 2;
-  EXPECT_CONTAINS(config_error(patched), "'patch_size'");
+  EXPECT_CONTAINS(vae_config_error(patched), "'patch_size'");
 
   auto attention = fixture_config();
   attention["attn_scales"] = {1.0};
-  EXPECT_CONTAINS(config_error(attention), "'attn_scales'");
+  EXPECT_CONTAINS(vae_config_error(attention), "'attn_scales'");
 
   auto flags = fixture_config();
   flags["temperal_downsample"] = {false, true};
-  EXPECT_CONTAINS(config_error(flags), "'temperal_downsample'");
+  EXPECT_CONTAINS(vae_config_error(flags), "'temperal_downsample'");
 
   auto scale = fixture_config();
   scale["scale_factor_spatial"] = 16;
-  EXPECT_CONTAINS(config_error(scale), "'scale_factor_spatial'");
+  EXPECT_CONTAINS(vae_config_error(scale), "'scale_factor_spatial'");
 
   auto stats = fixture_config();
   stats["latents_std"] = {1.0, 2.0};
-  EXPECT_CONTAINS(config_error(stats), "'latents_std'");
+  EXPECT_CONTAINS(vae_config_error(stats), "'latents_std'");
 }
 
 TEST(AutoencoderKLWan, ParameterCountMatchesModulesAndCheckpoint) {
@@ -308,18 +306,18 @@ TEST(AutoencoderKLWan, CheckpointErrorsNameTheTensor) {
 
   auto missing = original;
   std::erase_if(missing, [&](const auto& entry) { return entry.first == victim; });
-  auto msg = load_error(missing, "missing.safetensors");
+  auto msg = vae_load_error(missing, "missing.safetensors");
   EXPECT_CONTAINS(msg, "missing tensor '" + victim + "'");
 
   auto unexpected = original;
   unexpected.emplace_back("decoder.up_blocks.0.upsamplers.0.extra", torch::zeros({2}));
-  msg = load_error(unexpected, "unexpected.safetensors");
+  msg = vae_load_error(unexpected, "unexpected.safetensors");
   EXPECT_CONTAINS(msg, "unexpected tensor 'decoder.up_blocks.0.upsamplers.0.extra'");
 
   auto reshaped = original;
   for (auto& [name, tensor] : reshaped)
     if (name == victim) tensor = torch::zeros({32, 16, 1, 1, 1});
-  msg = load_error(reshaped, "reshaped.safetensors");
+  msg = vae_load_error(reshaped, "reshaped.safetensors");
   EXPECT_CONTAINS(msg, "shape mismatch for tensor '" + victim + "'");
   EXPECT_CONTAINS(msg, "[32, 16, 1, 1, 1]");
 }

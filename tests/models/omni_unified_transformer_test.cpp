@@ -15,6 +15,7 @@
 #include "omni/error.h"
 #include "omni/io/checkpoint.h"
 #include "omni/io/safetensors.h"
+#include "support/text.h"
 
 namespace fs = std::filesystem;
 using namespace omni::models::unified;
@@ -22,6 +23,7 @@ using omni::ConfigError;
 using omni::FormatError;
 using omni::InvalidRequest;
 using omni::io::Checkpoint;
+using omni::testing::contains;
 
 namespace {
 
@@ -70,10 +72,6 @@ class OmniUnifiedTransformerTest : public ::testing::Test {
 
   fs::path dir_;
 };
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 std::vector<std::pair<std::string, torch::Tensor>> state_of(const OmniUnifiedTransformer& model) {
   return omni::io::named_state(*model, OmniUnifiedTransformerImpl::non_persistent_buffers());

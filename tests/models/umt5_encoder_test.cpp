@@ -16,35 +16,29 @@
 #include "omni/io/checkpoint.h"
 #include "omni/io/json_config.h"
 #include "omni/io/safetensors.h"
+#include "support/tensor_checks.h"
 
 namespace fs = std::filesystem;
 using namespace omni::models::wan;
 using omni::io::Checkpoint;
 
+using omni::testing::distinct_parameter_numel;
+using omni::testing::max_abs_diff;
+using omni::testing::read_tensors;
+
 namespace {
 
-const fs::path kFixture = fs::path(OMNI_TEST_DATA) / "wan/umt5_encoder";
+const fs::path kUmt5Fixture = fs::path(OMNI_TEST_DATA) / "wan/umt5_encoder";
 
-std::map<std::string, torch::Tensor> read_tensors(const fs::path& path) {
-  std::map<std::string, torch::Tensor> out;
-  for (auto& [name, tensor] : omni::io::load_safetensors(path)) out[name] = tensor;
-  return out;
-}
-
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
-
-UMT5EncoderModel make_model() {
-  UMT5EncoderModel model(UMT5Config::from_file(kFixture / "config.json"));
+UMT5EncoderModel make_umt5() {
+  UMT5EncoderModel model(UMT5Config::from_file(kUmt5Fixture / "config.json"));
   model->eval();
   return model;
 }
 
-UMT5EncoderModel load_model() {
-  auto model = make_model();
-  model->load_weights(Checkpoint::open_file(kFixture / "weights.safetensors"));
+UMT5EncoderModel load_umt5() {
+  auto model = make_umt5();
+  model->load_weights(Checkpoint::open_file(kUmt5Fixture / "weights.safetensors"));
   return model;
 }
 
@@ -54,12 +48,12 @@ struct Inputs {
 };
 
 Inputs fixture_inputs() {
-  auto in = read_tensors(kFixture / "inputs.safetensors");
+  auto in = read_tensors(kUmt5Fixture / "inputs.safetensors");
   // Stored as F32 holding exact integers (README "File conventions").
   return {in["input_ids"].to(torch::kLong), in["attention_mask"].to(torch::kLong)};
 }
 
-fs::path temp_dir() {
+fs::path umt5_temp_dir() {
   auto dir = fs::temp_directory_path() / ("omni_umt5_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir;
@@ -67,14 +61,14 @@ fs::path temp_dir() {
 
 fs::path save(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
               const std::string& file) {
-  const auto path = temp_dir() / file;
+  const auto path = umt5_temp_dir() / file;
   omni::io::save_safetensors(path, tensors);
   return path;
 }
 
-std::string load_error(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                       const std::string& file) {
-  auto model = make_model();
+std::string umt5_load_error(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                            const std::string& file) {
+  auto model = make_umt5();
   try {
     model->load_weights(Checkpoint::open_file(save(tensors, file)));
   } catch (const omni::FormatError& e) {
@@ -83,7 +77,7 @@ std::string load_error(const std::vector<std::pair<std::string, torch::Tensor>>&
   return "no error";
 }
 
-std::string config_error(const nlohmann::json& json) {
+std::string umt5_config_error(const nlohmann::json& json) {
   try {
     UMT5Config::from_json(json, "test/config.json");
   } catch (const omni::ConfigError& e) {
@@ -126,18 +120,10 @@ nlohmann::json xxl_config_json() {
           {"vocab_size", 256384}};
 }
 
-std::int64_t distinct_parameter_numel(const torch::nn::Module& module) {
-  std::set<const void*> seen;
-  std::int64_t n = 0;
-  for (const auto& p : module.named_parameters())
-    if (seen.insert(p.value().unsafeGetTensorImpl()).second) n += p.value().numel();
-  return n;
-}
-
 }  // namespace
 
 TEST(UMT5Config, ReadsFixtureAndRealConfigs) {
-  const auto c = UMT5Config::from_file(kFixture / "config.json");
+  const auto c = UMT5Config::from_file(kUmt5Fixture / "config.json");
   EXPECT_EQ(c.d_model, 32);
   EXPECT_EQ(c.inner_dim(), 32);
   EXPECT_EQ(c.relative_attention_num_buckets, 8);
@@ -157,46 +143,46 @@ TEST(UMT5Config, ReadsFixtureAndRealConfigs) {
 }
 
 TEST(UMT5Config, RejectsUnknownMissingAndUnsupportedFields) {
-  auto json = omni::io::read_json_file(kFixture / "config.json");
+  auto json = omni::io::read_json_file(kUmt5Fixture / "config.json");
 
   auto unknown = json;
   unknown["rotary_dim"] = 64;
-  auto msg = config_error(unknown);
+  auto msg = umt5_config_error(unknown);
   EXPECT_NE(msg.find("unknown field 'rotary_dim'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("test/config.json"), std::string::npos) << msg;
 
   auto missing = json;
   missing.erase("d_kv");
-  msg = config_error(missing);
+  msg = umt5_config_error(missing);
   EXPECT_NE(msg.find("missing required field 'd_kv'"), std::string::npos) << msg;
 
   auto t5 = json;
   t5["model_type"] = "t5";
-  msg = config_error(t5);
+  msg = umt5_config_error(t5);
   EXPECT_NE(msg.find("'model_type'"), std::string::npos) << msg;
 
   auto act = json;
   act["dense_act_fn"] = "quick_gelu";
-  msg = config_error(act);
+  msg = umt5_config_error(act);
   EXPECT_NE(msg.find("'dense_act_fn'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("not implemented"), std::string::npos) << msg;
 
   auto proj = json;
   proj["feed_forward_proj"] = "gated-gelu-extra";
-  msg = config_error(proj);
+  msg = umt5_config_error(proj);
   EXPECT_NE(msg.find("'feed_forward_proj'"), std::string::npos) << msg;
 
   auto buckets = json;
   buckets["relative_attention_num_buckets"] = 2;
-  msg = config_error(buckets);
+  msg = umt5_config_error(buckets);
   EXPECT_NE(msg.find("'relative_attention_num_buckets'"), std::string::npos) << msg;
 }
 
 TEST(UMT5EncoderModel, ParameterNamesAreTheCheckpointKeys) {
-  auto model = make_model();
+  auto model = make_umt5();
   std::set<std::string> ours;
   for (const auto& [name, t] : omni::io::named_state(*model)) ours.insert(name);
-  const auto names = Checkpoint::open_file(kFixture / "weights.safetensors").names();
+  const auto names = Checkpoint::open_file(kUmt5Fixture / "weights.safetensors").names();
   EXPECT_EQ(ours, std::set<std::string>(names.begin(), names.end()));
   EXPECT_EQ(ours.size(), 23u);
   // One tensor under two names.
@@ -206,9 +192,9 @@ TEST(UMT5EncoderModel, ParameterNamesAreTheCheckpointKeys) {
 
 TEST(UMT5EncoderModel, MatchesReferenceInFloat32) {
   torch::NoGradGuard no_grad;
-  auto model = load_model();
+  auto model = load_umt5();
   const auto in = fixture_inputs();
-  auto out = read_tensors(kFixture / "outputs.safetensors");
+  auto out = read_tensors(kUmt5Fixture / "outputs.safetensors");
   const auto hidden = model(in.ids, in.mask);
   ASSERT_EQ(hidden.scalar_type(), torch::kFloat);
   const double err = max_abs_diff(hidden, out["last_hidden_state"]);
@@ -223,10 +209,10 @@ TEST(UMT5EncoderModel, MatchesReferenceInFloat32) {
 
 TEST(UMT5EncoderModel, MatchesReferenceInFloat64) {
   torch::NoGradGuard no_grad;
-  auto model = load_model();
+  auto model = load_umt5();
   model->to(torch::kFloat64);
   const auto in = fixture_inputs();
-  auto out = read_tensors(kFixture / "outputs.safetensors");
+  auto out = read_tensors(kUmt5Fixture / "outputs.safetensors");
   // The float mask as stored works as well as an integer one.
   const auto hidden = model(in.ids, in.mask.to(torch::kFloat64));
   ASSERT_EQ(hidden.scalar_type(), torch::kFloat64);
@@ -237,10 +223,10 @@ TEST(UMT5EncoderModel, MatchesReferenceInFloat64) {
 
 TEST(UMT5EncoderModel, RunsInBFloat16) {
   torch::NoGradGuard no_grad;
-  auto model = load_model();
+  auto model = load_umt5();
   model->to(torch::kBFloat16);
   const auto in = fixture_inputs();
-  auto out = read_tensors(kFixture / "outputs.safetensors");
+  auto out = read_tensors(kUmt5Fixture / "outputs.safetensors");
   const auto hidden = model(in.ids, in.mask);
   ASSERT_EQ(hidden.scalar_type(), torch::kBFloat16);
   const double err = max_abs_diff(hidden, out["last_hidden_state"]);
@@ -251,7 +237,7 @@ TEST(UMT5EncoderModel, RunsInBFloat16) {
 
 TEST(UMT5EncoderModel, PaddedKeysAreMaskedOut) {
   torch::NoGradGuard no_grad;
-  auto model = load_model();
+  auto model = load_umt5();
   auto in = fixture_inputs();
   const auto reference = model(in.ids, in.mask);
   // Row 1 has 6 real tokens: changing the padded ids must not move the real rows.
@@ -270,13 +256,13 @@ TEST(UMT5EncoderModel, PaddedKeysAreMaskedOut) {
 TEST(UMT5EncoderModel, LoadsWithEitherOrBothEmbeddingKeys) {
   torch::NoGradGuard no_grad;
   const auto in = fixture_inputs();
-  auto out = read_tensors(kFixture / "outputs.safetensors");
-  const auto original = omni::io::load_safetensors(kFixture / "weights.safetensors");
+  auto out = read_tensors(kUmt5Fixture / "outputs.safetensors");
+  const auto original = omni::io::load_safetensors(kUmt5Fixture / "weights.safetensors");
   for (const std::string dropped : {"encoder.embed_tokens.weight", "shared.weight"}) {
     auto tensors = original;
     std::erase_if(tensors, [&](const auto& e) { return e.first == dropped; });
     ASSERT_EQ(tensors.size(), 22u);
-    auto model = make_model();
+    auto model = make_umt5();
     model->load_weights(Checkpoint::open_file(save(tensors, "tied.safetensors")));
     EXPECT_LE(max_abs_diff(model(in.ids, in.mask), out["last_hidden_state"]), 1e-4)
         << "without " << dropped;
@@ -284,13 +270,13 @@ TEST(UMT5EncoderModel, LoadsWithEitherOrBothEmbeddingKeys) {
 }
 
 TEST(UMT5EncoderModel, LoaderNamesMissingUnexpectedAndMisshapedTensors) {
-  const auto original = omni::io::load_safetensors(kFixture / "weights.safetensors");
+  const auto original = omni::io::load_safetensors(kUmt5Fixture / "weights.safetensors");
 
   auto missing = original;
   std::erase_if(missing, [](const auto& e) {
     return e.first == "encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight";
   });
-  auto msg = load_error(missing, "missing.safetensors");
+  auto msg = umt5_load_error(missing, "missing.safetensors");
   EXPECT_NE(msg.find("missing tensor 'encoder.block.1.layer.0.SelfAttention.relative_attention_"
                      "bias.weight'"),
             std::string::npos)
@@ -300,13 +286,13 @@ TEST(UMT5EncoderModel, LoaderNamesMissingUnexpectedAndMisshapedTensors) {
   std::erase_if(no_embedding, [](const auto& e) {
     return e.first == "shared.weight" || e.first == "encoder.embed_tokens.weight";
   });
-  msg = load_error(no_embedding, "no_embedding.safetensors");
+  msg = umt5_load_error(no_embedding, "no_embedding.safetensors");
   EXPECT_NE(msg.find("missing tensor"), std::string::npos) << msg;
   EXPECT_NE(msg.find("embed"), std::string::npos) << msg;
 
   auto unexpected = original;
   unexpected.emplace_back("decoder.block.0.layer.0.SelfAttention.q.weight", torch::zeros({32, 32}));
-  msg = load_error(unexpected, "unexpected.safetensors");
+  msg = umt5_load_error(unexpected, "unexpected.safetensors");
   EXPECT_NE(msg.find("unexpected tensor 'decoder.block.0.layer.0.SelfAttention.q.weight'"),
             std::string::npos)
       << msg;
@@ -314,7 +300,7 @@ TEST(UMT5EncoderModel, LoaderNamesMissingUnexpectedAndMisshapedTensors) {
   auto misshaped = original;
   for (auto& [name, t] : misshaped)
     if (name == "encoder.block.0.layer.1.DenseReluDense.wo.weight") t = torch::zeros({64, 32});
-  msg = load_error(misshaped, "misshaped.safetensors");
+  msg = umt5_load_error(misshaped, "misshaped.safetensors");
   EXPECT_NE(
       msg.find("shape mismatch for tensor 'encoder.block.0.layer.1.DenseReluDense.wo.weight'"),
       std::string::npos)
@@ -323,7 +309,7 @@ TEST(UMT5EncoderModel, LoaderNamesMissingUnexpectedAndMisshapedTensors) {
 
 TEST(UMT5EncoderModel, RejectsBadInputs) {
   torch::NoGradGuard no_grad;
-  auto model = load_model();
+  auto model = load_umt5();
   const auto in = fixture_inputs();
   EXPECT_THROW(model(in.ids.to(torch::kFloat), in.mask), omni::InvalidRequest);
   EXPECT_THROW(model(in.ids.flatten(), in.mask), omni::InvalidRequest);
@@ -366,22 +352,23 @@ TEST(UMT5EncoderModel, ParameterCountArithmetic) {
   }
 
   // The fixture stores the tied embedding twice; count it once.
-  const auto ckpt = Checkpoint::open_file(kFixture / "weights.safetensors");
+  const auto ckpt = Checkpoint::open_file(kUmt5Fixture / "weights.safetensors");
   std::int64_t stored = 0;
   for (const auto& name : ckpt.names())
     stored += static_cast<std::int64_t>(ckpt.info(name).numel());
-  EXPECT_EQ(UMT5EncoderModelImpl::parameter_count(UMT5Config::from_file(kFixture / "config.json")),
-            stored - 100 * 32);
+  EXPECT_EQ(
+      UMT5EncoderModelImpl::parameter_count(UMT5Config::from_file(kUmt5Fixture / "config.json")),
+      stored - 100 * 32);
 }
 
 // Found by fuzz/config_fuzz.cpp (as for WanTransformer3DConfig): products of
 // sizes that overflow int64 are a ConfigError, not undefined behaviour.
 TEST(UMT5Config, SizesWhoseProductsOverflowAreRejected) {
-  const auto json = omni::io::read_json_file(kFixture / "config.json");
+  const auto json = omni::io::read_json_file(kUmt5Fixture / "config.json");
   auto heads = json;
   heads["num_heads"] = 1ll << 40;
   heads["d_kv"] = 1ll << 40;
-  const auto msg = config_error(heads);
+  const auto msg = umt5_config_error(heads);
   EXPECT_NE(msg.find("'num_heads' (1099511627776) × 'd_kv' (1099511627776) overflow"),
             std::string::npos)
       << msg;

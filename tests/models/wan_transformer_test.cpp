@@ -16,45 +16,39 @@
 #include "omni/io/checkpoint.h"
 #include "omni/io/json_config.h"
 #include "omni/io/safetensors.h"
+#include "support/tensor_checks.h"
 
 namespace fs = std::filesystem;
 using namespace omni::models::wan;
 using omni::io::Checkpoint;
 
+using omni::testing::distinct_parameter_numel;
+using omni::testing::max_abs_diff;
+using omni::testing::read_tensors;
+
 namespace {
 
-const fs::path kFixture = fs::path(OMNI_TEST_DATA) / "wan/wan_transformer";
+const fs::path kTransformerFixture = fs::path(OMNI_TEST_DATA) / "wan/wan_transformer";
 const fs::path kPipeline = fs::path(OMNI_TEST_DATA) / "wan/wan_pipeline";
 
-std::map<std::string, torch::Tensor> read_tensors(const fs::path& path) {
-  std::map<std::string, torch::Tensor> out;
-  for (auto& [name, tensor] : omni::io::load_safetensors(path)) out[name] = tensor;
-  return out;
-}
-
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
-
-WanTransformer3DModel load_model(const fs::path& dir) {
+WanTransformer3DModel load_transformer(const fs::path& dir) {
   WanTransformer3DModel model(WanTransformer3DConfig::from_file(dir / "config.json"));
   model->load_weights(Checkpoint::open_file(dir / "weights.safetensors"));
   model->eval();
   return model;
 }
 
-fs::path temp_dir() {
+fs::path transformer_temp_dir() {
   auto dir =
       fs::temp_directory_path() / ("omni_wan_transformer_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir;
 }
 
-std::string load_error(WanTransformer3DModel model,
-                       const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                       const std::string& file) {
-  const auto path = temp_dir() / file;
+std::string transformer_load_error(
+    WanTransformer3DModel model, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+    const std::string& file) {
+  const auto path = transformer_temp_dir() / file;
   omni::io::save_safetensors(path, tensors);
   try {
     model->load_weights(Checkpoint::open_file(path));
@@ -64,7 +58,7 @@ std::string load_error(WanTransformer3DModel model,
   return "no error";
 }
 
-std::string config_error(const nlohmann::json& json) {
+std::string transformer_config_error(const nlohmann::json& json) {
   try {
     WanTransformer3DConfig::from_json(json, "test/config.json");
   } catch (const omni::ConfigError& e) {
@@ -95,18 +89,10 @@ nlohmann::json a14b_config_json() {
           {"text_dim", 4096}};
 }
 
-std::int64_t distinct_parameter_numel(const torch::nn::Module& module) {
-  std::set<const void*> seen;
-  std::int64_t n = 0;
-  for (const auto& p : module.named_parameters())
-    if (seen.insert(p.value().unsafeGetTensorImpl()).second) n += p.value().numel();
-  return n;
-}
-
 }  // namespace
 
 TEST(WanTransformer3DConfig, ReadsFixtureConfig) {
-  const auto c = WanTransformer3DConfig::from_file(kFixture / "config.json");
+  const auto c = WanTransformer3DConfig::from_file(kTransformerFixture / "config.json");
   EXPECT_EQ(c.inner_dim(), 24);
   EXPECT_EQ(c.patch_size, (std::array<std::int64_t, 3>{1, 2, 2}));
   EXPECT_EQ(c.rope_split(), (std::array<std::int64_t, 3>{4, 4, 4}));
@@ -117,54 +103,55 @@ TEST(WanTransformer3DConfig, ReadsFixtureConfig) {
 }
 
 TEST(WanTransformer3DConfig, RejectsUnknownMissingAndUnsupportedFields) {
-  auto json = omni::io::read_json_file(kFixture / "config.json");
+  auto json = omni::io::read_json_file(kTransformerFixture / "config.json");
 
   auto unknown = json;
   unknown["window_size"] = {-1, -1};
-  auto msg = config_error(unknown);
+  auto msg = transformer_config_error(unknown);
   EXPECT_NE(msg.find("unknown field 'window_size'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("test/config.json"), std::string::npos) << msg;
 
   auto missing = json;
   missing.erase("ffn_dim");
-  msg = config_error(missing);
+  msg = transformer_config_error(missing);
   EXPECT_NE(msg.find("missing required field 'ffn_dim'"), std::string::npos) << msg;
 
   auto i2v = json;
   i2v["image_dim"] = 1280;
-  msg = config_error(i2v);
+  msg = transformer_config_error(i2v);
   EXPECT_NE(msg.find("'image_dim'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("not implemented"), std::string::npos) << msg;
 
   auto added_kv = json;
   added_kv["added_kv_proj_dim"] = 5120;
-  msg = config_error(added_kv);
+  msg = transformer_config_error(added_kv);
   EXPECT_NE(msg.find("'added_kv_proj_dim'"), std::string::npos) << msg;
 
   auto qk = json;
   qk["qk_norm"] = "rms_norm";
-  msg = config_error(qk);
+  msg = transformer_config_error(qk);
   EXPECT_NE(msg.find("'qk_norm'"), std::string::npos) << msg;
 
   auto wrong_type = json;
   wrong_type["num_layers"] = "two";
-  msg = config_error(wrong_type);
+  msg = transformer_config_error(wrong_type);
   EXPECT_NE(msg.find("'num_layers' has the wrong type"), std::string::npos) << msg;
 
   auto patch = json;
   patch["patch_size"] = {2, 2};
-  msg = config_error(patch);
+  msg = transformer_config_error(patch);
   EXPECT_NE(msg.find("'patch_size'"), std::string::npos) << msg;
 
   auto odd_head = json;
   odd_head["attention_head_dim"] = 13;
-  msg = config_error(odd_head);
+  msg = transformer_config_error(odd_head);
   EXPECT_NE(msg.find("'attention_head_dim'"), std::string::npos) << msg;
 }
 
 TEST(WanTransformer3DModel, ParameterNamesAreTheCheckpointKeys) {
-  WanTransformer3DModel model(WanTransformer3DConfig::from_file(kFixture / "config.json"));
-  const auto ckpt = Checkpoint::open_file(kFixture / "weights.safetensors");
+  WanTransformer3DModel model(
+      WanTransformer3DConfig::from_file(kTransformerFixture / "config.json"));
+  const auto ckpt = Checkpoint::open_file(kTransformerFixture / "weights.safetensors");
   std::set<std::string> ours;
   for (const auto& [name, t] :
        omni::io::named_state(*model, WanTransformer3DModelImpl::non_persistent_buffers()))
@@ -179,9 +166,9 @@ TEST(WanTransformer3DModel, ParameterNamesAreTheCheckpointKeys) {
 
 TEST(WanTransformer3DModel, MatchesReferenceSampleInFloat32) {
   torch::NoGradGuard no_grad;
-  auto model = load_model(kFixture);
-  auto in = read_tensors(kFixture / "inputs.safetensors");
-  auto out = read_tensors(kFixture / "outputs.safetensors");
+  auto model = load_transformer(kTransformerFixture);
+  auto in = read_tensors(kTransformerFixture / "inputs.safetensors");
+  auto out = read_tensors(kTransformerFixture / "outputs.safetensors");
   const auto sample = model(in["hidden_states"], in["timestep"], in["encoder_hidden_states"]);
   ASSERT_EQ(sample.scalar_type(), torch::kFloat);
   const double err = max_abs_diff(sample, out["sample"]);
@@ -194,9 +181,9 @@ TEST(WanTransformer3DModel, MatchesReferenceSampleInFloat32) {
 
 TEST(WanTransformer3DModel, MatchesReferencePerTokenTimestepInFloat32) {
   torch::NoGradGuard no_grad;
-  auto model = load_model(kFixture);
-  auto in = read_tensors(kFixture / "inputs.safetensors");
-  auto out = read_tensors(kFixture / "outputs.safetensors");
+  auto model = load_transformer(kTransformerFixture);
+  auto in = read_tensors(kTransformerFixture / "inputs.safetensors");
+  auto out = read_tensors(kTransformerFixture / "outputs.safetensors");
   ASSERT_EQ(in["timestep_per_token"].sizes(), (std::vector<std::int64_t>{2, 48}));
   const auto sample =
       model(in["hidden_states"], in["timestep_per_token"], in["encoder_hidden_states"]);
@@ -208,10 +195,10 @@ TEST(WanTransformer3DModel, MatchesReferencePerTokenTimestepInFloat32) {
 
 TEST(WanTransformer3DModel, MatchesReferenceInFloat64) {
   torch::NoGradGuard no_grad;
-  auto model = load_model(kFixture);
+  auto model = load_transformer(kTransformerFixture);
   model->to(torch::kFloat64);
-  auto in = read_tensors(kFixture / "inputs.safetensors");
-  auto out = read_tensors(kFixture / "outputs.safetensors");
+  auto in = read_tensors(kTransformerFixture / "inputs.safetensors");
+  auto out = read_tensors(kTransformerFixture / "outputs.safetensors");
   const auto x = in["hidden_states"].to(torch::kFloat64);
   const auto text = in["encoder_hidden_states"].to(torch::kFloat64);
   const auto sample = model(x, in["timestep"].to(torch::kFloat64), text);
@@ -227,8 +214,8 @@ TEST(WanTransformer3DModel, MatchesReferenceInFloat64) {
 
 TEST(WanTransformer3DModel, PerTokenPathWithEqualTimestepsEqualsPerItemPath) {
   torch::NoGradGuard no_grad;
-  auto model = load_model(kFixture);
-  auto in = read_tensors(kFixture / "inputs.safetensors");
+  auto model = load_transformer(kTransformerFixture);
+  auto in = read_tensors(kTransformerFixture / "inputs.safetensors");
   const auto per_item = model(in["hidden_states"], in["timestep"], in["encoder_hidden_states"]);
   const auto expanded = in["timestep"].unsqueeze(1).expand({2, 48}).contiguous();
   const auto per_token = model(in["hidden_states"], expanded, in["encoder_hidden_states"]);
@@ -237,10 +224,10 @@ TEST(WanTransformer3DModel, PerTokenPathWithEqualTimestepsEqualsPerItemPath) {
 
 TEST(WanTransformer3DModel, RunsInBFloat16) {
   torch::NoGradGuard no_grad;
-  auto model = load_model(kFixture);
+  auto model = load_transformer(kTransformerFixture);
   model->to(torch::kBFloat16);
-  auto in = read_tensors(kFixture / "inputs.safetensors");
-  auto out = read_tensors(kFixture / "outputs.safetensors");
+  auto in = read_tensors(kTransformerFixture / "inputs.safetensors");
+  auto out = read_tensors(kTransformerFixture / "outputs.safetensors");
   const auto sample = model(in["hidden_states"], in["timestep"], in["encoder_hidden_states"]);
   ASSERT_EQ(sample.scalar_type(), torch::kBFloat16);
   const double err = max_abs_diff(sample, out["sample"]);
@@ -252,9 +239,10 @@ TEST(WanTransformer3DModel, RunsInBFloat16) {
 
 TEST(WanTransformer3DModel, RunsInBFloat16WithDiffusersFloat32Modules) {
   torch::NoGradGuard no_grad;
-  WanTransformer3DModel model(WanTransformer3DConfig::from_file(kFixture / "config.json"));
+  WanTransformer3DModel model(
+      WanTransformer3DConfig::from_file(kTransformerFixture / "config.json"));
   model->to_inference_dtype(torch::kBFloat16);
-  model->load_weights(Checkpoint::open_file(kFixture / "weights.safetensors"));
+  model->load_weights(Checkpoint::open_file(kTransformerFixture / "weights.safetensors"));
   auto params = model->named_parameters();
   EXPECT_EQ(params["blocks.0.attn1.to_q.weight"].scalar_type(), torch::kBFloat16);
   EXPECT_EQ(params["patch_embedding.weight"].scalar_type(), torch::kBFloat16);
@@ -266,8 +254,8 @@ TEST(WanTransformer3DModel, RunsInBFloat16WithDiffusersFloat32Modules) {
   EXPECT_EQ(params["scale_shift_table"].scalar_type(), torch::kFloat);
   EXPECT_EQ(model->rope->freqs_cos.scalar_type(), torch::kFloat);
 
-  auto in = read_tensors(kFixture / "inputs.safetensors");
-  auto out = read_tensors(kFixture / "outputs.safetensors");
+  auto in = read_tensors(kTransformerFixture / "inputs.safetensors");
+  auto out = read_tensors(kTransformerFixture / "outputs.safetensors");
   for (const std::string key : {"timestep", "timestep_per_token"}) {
     const auto sample = model(in["hidden_states"], in[key], in["encoder_hidden_states"]);
     ASSERT_EQ(sample.scalar_type(), torch::kBFloat16);
@@ -281,8 +269,8 @@ TEST(WanTransformer3DModel, RunsInBFloat16WithDiffusersFloat32Modules) {
 
 TEST(WanTransformer3DModel, BlocksRunTheirForwardPreHooks) {
   torch::NoGradGuard no_grad;
-  auto model = load_model(kFixture);
-  auto in = read_tensors(kFixture / "inputs.safetensors");
+  auto model = load_transformer(kTransformerFixture);
+  auto in = read_tensors(kTransformerFixture / "inputs.safetensors");
   std::vector<int> calls;
   std::vector<omni::nn::HookHandle> handles;
   for (std::size_t i = 0; i < model->transformer_blocks().size(); ++i)
@@ -294,8 +282,8 @@ TEST(WanTransformer3DModel, BlocksRunTheirForwardPreHooks) {
 
 TEST(WanTransformer3DModel, RejectsInputsThatDoNotFit) {
   torch::NoGradGuard no_grad;
-  auto model = load_model(kFixture);
-  auto in = read_tensors(kFixture / "inputs.safetensors");
+  auto model = load_transformer(kTransformerFixture);
+  auto in = read_tensors(kTransformerFixture / "inputs.safetensors");
   const auto& x = in["hidden_states"];
   const auto& text = in["encoder_hidden_states"];
   EXPECT_THROW(model(x, torch::ones({2, 47}), text), omni::InvalidRequest);
@@ -307,24 +295,25 @@ TEST(WanTransformer3DModel, RejectsInputsThatDoNotFit) {
 }
 
 TEST(WanTransformer3DModel, LoaderNamesMissingUnexpectedAndMisshapedTensors) {
-  WanTransformer3DModel model(WanTransformer3DConfig::from_file(kFixture / "config.json"));
-  const auto original = omni::io::load_safetensors(kFixture / "weights.safetensors");
+  WanTransformer3DModel model(
+      WanTransformer3DConfig::from_file(kTransformerFixture / "config.json"));
+  const auto original = omni::io::load_safetensors(kTransformerFixture / "weights.safetensors");
 
   auto missing = original;
   std::erase_if(missing, [](const auto& e) { return e.first == "blocks.1.ffn.net.2.weight"; });
-  auto msg = load_error(model, missing, "missing.safetensors");
+  auto msg = transformer_load_error(model, missing, "missing.safetensors");
   EXPECT_NE(msg.find("missing tensor 'blocks.1.ffn.net.2.weight'"), std::string::npos) << msg;
 
   auto unexpected = original;
   unexpected.emplace_back("blocks.0.attn2.add_k_proj.weight", torch::zeros({24, 24}));
-  msg = load_error(model, unexpected, "unexpected.safetensors");
+  msg = transformer_load_error(model, unexpected, "unexpected.safetensors");
   EXPECT_NE(msg.find("unexpected tensor 'blocks.0.attn2.add_k_proj.weight'"), std::string::npos)
       << msg;
 
   auto misshaped = original;
   for (auto& [name, t] : misshaped)
     if (name == "condition_embedder.time_proj.weight") t = torch::zeros({144, 25});
-  msg = load_error(model, misshaped, "misshaped.safetensors");
+  msg = transformer_load_error(model, misshaped, "misshaped.safetensors");
   EXPECT_NE(msg.find("shape mismatch for tensor 'condition_embedder.time_proj.weight'"),
             std::string::npos)
       << msg;
@@ -332,7 +321,7 @@ TEST(WanTransformer3DModel, LoaderNamesMissingUnexpectedAndMisshapedTensors) {
 
   auto rope_in_file = original;
   rope_in_file.emplace_back("rope.freqs_cos", torch::zeros({32, 12}));
-  msg = load_error(model, rope_in_file, "rope.safetensors");
+  msg = transformer_load_error(model, rope_in_file, "rope.safetensors");
   EXPECT_NE(msg.find("unexpected tensor 'rope.freqs_cos'"), std::string::npos)
       << "the RoPE tables are non-persistent: " << msg;
 }
@@ -361,12 +350,12 @@ TEST(WanTransformer3DModel, ParameterCountArithmetic) {
   }
 
   // And against the fixture checkpoint.
-  const auto ckpt = Checkpoint::open_file(kFixture / "weights.safetensors");
+  const auto ckpt = Checkpoint::open_file(kTransformerFixture / "weights.safetensors");
   std::int64_t stored = 0;
   for (const auto& name : ckpt.names())
     stored += static_cast<std::int64_t>(ckpt.info(name).numel());
   EXPECT_EQ(WanTransformer3DModelImpl::parameter_count(
-                WanTransformer3DConfig::from_file(kFixture / "config.json")),
+                WanTransformer3DConfig::from_file(kTransformerFixture / "config.json")),
             stored);
 }
 
@@ -374,8 +363,8 @@ TEST(WanTransformer3DModel, ParameterCountArithmetic) {
 // step_timestep[i], reproduces step_noise_pred_cond[i] / _uncond[i].
 TEST(WanTransformer3DModel, ReproducesPipelineSingleSteps) {
   torch::NoGradGuard no_grad;
-  std::vector<WanTransformer3DModel> experts = {load_model(kPipeline / "transformer"),
-                                                load_model(kPipeline / "transformer_2")};
+  std::vector<WanTransformer3DModel> experts = {load_transformer(kPipeline / "transformer"),
+                                                load_transformer(kPipeline / "transformer_2")};
   auto in = read_tensors(kPipeline / "inputs.safetensors");
   auto out = read_tensors(kPipeline / "outputs.safetensors");
   const auto steps = out["timesteps"].size(0);
@@ -432,11 +421,11 @@ TEST(WanTransformer3DModel, ChunkedAttentionEqualsOneShotSoftmax) {
 // undefined behaviour in inner_dim() and parameter_count(), which omni
 // inspect runs on any directory's config.
 TEST(WanTransformer3DConfig, SizesWhoseProductsOverflowAreRejected) {
-  const auto json = omni::io::read_json_file(kFixture / "config.json");
+  const auto json = omni::io::read_json_file(kTransformerFixture / "config.json");
   auto heads = json;
   heads["num_attention_heads"] = 1ll << 40;
   heads["attention_head_dim"] = 1ll << 40;
-  const auto msg = config_error(heads);
+  const auto msg = transformer_config_error(heads);
   EXPECT_NE(msg.find("'num_attention_heads' (1099511627776) × 'attention_head_dim' "
                      "(1099511627776) overflow"),
             std::string::npos)

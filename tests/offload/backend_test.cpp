@@ -11,12 +11,9 @@
 using namespace omni;
 using offload::Residency;
 using offload::ResidencyEvent;
+using toy::sim;
 
 namespace {
-
-std::unique_ptr<device::Device> sim(device::DeviceOptions options = {}) {
-  return device::make_device(device::DeviceSpec::parse("sim"), true, options);
-}
 
 std::vector<torch::Tensor> snapshot(torch::nn::Module& m) {
   std::vector<torch::Tensor> out;

@@ -7,12 +7,9 @@
 #include "omni/error.h"
 
 using namespace omni;
+using toy::sim;
 
 namespace {
-
-std::unique_ptr<device::Device> sim(device::DeviceOptions options = {}) {
-  return device::make_device(device::DeviceSpec::parse("sim"), true, options);
-}
 
 std::unique_ptr<offload::HostHome> build(toy::Layer& layer, device::Device& device,
                                          offload::HostHomeOptions options = {},

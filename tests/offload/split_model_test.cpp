@@ -8,6 +8,7 @@
 
 using namespace omni;
 using offload::Residency;
+using toy::sim;
 
 namespace {
 
@@ -65,10 +66,6 @@ class UnifiedPipeline : public nn::Module, public offload::SupportsModelCpuOfflo
   offload::SplitOffloadHost* host = nullptr;
   int enable_calls = 0;
 };
-
-std::unique_ptr<device::Device> sim(device::DeviceOptions options = {}) {
-  return device::make_device(device::DeviceSpec::parse("sim"), true, options);
-}
 
 Residency where(const offload::OffloadBackend& b, const std::string& name) {
   return b.ledger().entries()[*b.ledger().find(name)].where;

@@ -1,13 +1,21 @@
 // A small module tree for offload tests: named encoders and DiTs (Linear
-// layers), a VAE, and optional parameterless and nested modules.
+// layers), a VAE, optional parameterless and nested modules, and the sim device.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <memory>
+
+#include "omni/device/device.h"
 #include "omni/nn/module.h"
 #include "omni/offload/components.h"
 
 namespace toy {
+
+// The simulated device the offload tests move weights to.
+inline std::unique_ptr<omni::device::Device> sim(omni::device::DeviceOptions options = {}) {
+  return omni::device::make_device(omni::device::DeviceSpec::parse("sim"), true, options);
+}
 
 class LayerImpl : public omni::nn::Module {
  public:

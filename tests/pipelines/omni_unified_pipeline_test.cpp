@@ -14,10 +14,12 @@
 #include "omni/omni.h"
 #include "pipelines/tiny_unified.h"
 #include "support/run_process.h"
+#include "support/text.h"
 
 using namespace omni;
 using offload::Residency;
 using offload::ResidencyEvent;
+using omni::testing::contains;
 using pipelines::OmniUnifiedPipeline;
 
 namespace {
@@ -45,7 +47,7 @@ class OmniUnifiedPipelineTest : public tiny_wan::TextPipelineTest {};
 
 using tiny_wan::engine_args;
 
-GenerationRequest request(std::uint64_t seed = 5) {
+GenerationRequest unified_request(std::uint64_t seed = 5) {
   GenerationRequest r;
   r.prompt = "a red circle moving right";
   r.negative_prompt = "blurry, low quality";
@@ -53,7 +55,7 @@ GenerationRequest request(std::uint64_t seed = 5) {
   return r;  // omni_defaults.json: 32×32, 5 frames, 3 steps, guidance 4
 }
 
-std::shared_ptr<OmniUnifiedPipeline> load(const fs::path& dir) {
+std::shared_ptr<OmniUnifiedPipeline> load_unified(const fs::path& dir) {
   auto p = std::dynamic_pointer_cast<OmniUnifiedPipeline>(pipelines::load_pipeline(dir.string()));
   EXPECT_NE(p, nullptr);
   return p;
@@ -74,11 +76,7 @@ torch::Tensor run(OmniUnifiedPipeline& pipe, device::Device& device,
                   offload::OffloadBackend* backend, std::uint64_t seed = 5) {
   if (backend) backend->begin_request();
   torch::NoGradGuard no_grad;
-  return pipe.run(pipe.resolve(request(seed)), {device.compute_device(), {}}).frames;
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
+  return pipe.run(pipe.resolve(unified_request(seed)), {device.compute_device(), {}}).frames;
 }
 
 template <typename E>
@@ -102,7 +100,7 @@ void edit_json(const fs::path& path, const std::function<void(nlohmann::json&)>&
 }  // namespace
 
 TEST_F(OmniUnifiedPipelineTest, RegisteredUnderItsClassName) {
-  auto pipe = load(unified_dir());
+  auto pipe = load_unified(unified_dir());
   ASSERT_NE(pipe, nullptr);
   EXPECT_EQ(pipe->class_name(), "OmniUnifiedPipeline");
   const auto spec = pipe->components();
@@ -145,8 +143,8 @@ TEST_F(OmniUnifiedPipelineTest, SameSeedBitwiseIdenticalWithAndWithoutOffload) {
   EXPECT_EQ(where(*with.backend(), "generator"), Residency::host);
   const_cast<offload::ResidencyLedger&>(with.backend()->ledger()).clear_log();
 
-  const auto a = with.generate(request());
-  const auto b = without.generate(request());
+  const auto a = with.generate(unified_request());
+  const auto b = without.generate(unified_request());
   ASSERT_EQ(a.frames.sizes(), (std::vector<std::int64_t>{5, 32, 32, 3}));
   EXPECT_EQ(a.frames.scalar_type(), torch::kUInt8);
   EXPECT_TRUE(torch::equal(a.frames, b.frames)) << "offload changed the output";
@@ -180,7 +178,7 @@ TEST_F(OmniUnifiedPipelineTest, SameSeedBitwiseIdenticalWithAndWithoutOffload) {
 
   // A second request: the same frames, and again one upload of each.
   const_cast<offload::ResidencyLedger&>(with.backend()->ledger()).clear_log();
-  const auto c = with.generate(request());
+  const auto c = with.generate(unified_request());
   EXPECT_TRUE(torch::equal(a.frames, c.frames));
   EXPECT_EQ(c.report.component("reasoner")->uploads, 1u);
   EXPECT_EQ(c.report.component("generator")->uploads, 1u);
@@ -190,20 +188,20 @@ TEST_F(OmniUnifiedPipelineTest, SameSeedBitwiseIdenticalWithAndWithoutOffload) {
                                          {"reasoner", Residency::host},
                                          {"generator", Residency::device}}));
 
-  const auto d = with.generate(request(6));
+  const auto d = with.generate(unified_request(6));
   EXPECT_FALSE(torch::equal(a.frames, d.frames)) << "another seed must change the output";
-  auto other = request();
+  auto other = unified_request();
   other.prompt = "a blue square moving left";
   EXPECT_FALSE(torch::equal(a.frames, with.generate(other).frames))
       << "the prompt must reach the generator";
 
   // The plain CPU run (no device, no hooks) agrees too.
   Omni cpu(engine_args(unified_dir(), false, "cpu"));
-  EXPECT_TRUE(torch::equal(cpu.generate(request()).frames, a.frames));
+  EXPECT_TRUE(torch::equal(cpu.generate(unified_request()).frames, a.frames));
 }
 
 TEST_F(OmniUnifiedPipelineTest, OnlyTheRunningSubComponentIsResident) {
-  auto pipe = load(unified_dir());
+  auto pipe = load_unified(unified_dir());
   auto device = sim();
   offload::ModelLevelOffloadBackend backend(*device, {.quiet = true});
   backend.enable(*pipe, pipe->components());
@@ -239,10 +237,10 @@ TEST_F(OmniUnifiedPipelineTest, OnlyTheRunningSubComponentIsResident) {
 }
 
 TEST_F(OmniUnifiedPipelineTest, EnableAndDisableAreIdempotentAndLeaveNoContext) {
-  auto reference = load(unified_dir());
+  auto reference = load_unified(unified_dir());
   auto device = sim();
   const auto expected = run(*reference, *device, nullptr);
-  auto pipe = load(unified_dir());
+  auto pipe = load_unified(unified_dir());
   offload::ModelLevelOffloadBackend backend(*device, {.quiet = true});
   backend.enable(*pipe, pipe->components());
   backend.enable(*pipe, pipe->components());
@@ -255,10 +253,10 @@ TEST_F(OmniUnifiedPipelineTest, EnableAndDisableAreIdempotentAndLeaveNoContext) 
 }
 
 TEST_F(OmniUnifiedPipelineTest, ExplicitSelectionIsHonoured) {
-  auto reference = load(unified_dir());
+  auto reference = load_unified(unified_dir());
   auto device = sim();
   const auto expected = run(*reference, *device, nullptr);
-  auto pipe = load(unified_dir());
+  auto pipe = load_unified(unified_dir());
   offload::ModelLevelOffloadBackend backend(*device,
                                             {.quiet = true, .split_components = {"generator"}});
   backend.enable(*pipe, pipe->components());
@@ -272,10 +270,10 @@ TEST_F(OmniUnifiedPipelineTest, ExplicitSelectionIsHonoured) {
 }
 
 TEST_F(OmniUnifiedPipelineTest, UnknownSelectionIsRejectedBeforeAnySetup) {
-  auto reference = load(unified_dir());
+  auto reference = load_unified(unified_dir());
   auto device = sim();
   const auto expected = run(*reference, *device, nullptr);
-  auto pipe = load(unified_dir());
+  auto pipe = load_unified(unified_dir());
   offload::ModelLevelOffloadBackend backend(
       *device, {.quiet = true, .split_components = {"generator", "planner"}});
   try {
@@ -294,7 +292,7 @@ TEST_F(OmniUnifiedPipelineTest, UnknownSelectionIsRejectedBeforeAnySetup) {
 }
 
 TEST_F(OmniUnifiedPipelineTest, RequestsAreValidatedNamingTheField) {
-  auto pipe = load(unified_dir());
+  auto pipe = load_unified(unified_dir());
   const auto rejection = [&](const GenerationRequest& r) -> std::string {
     try {
       pipe->resolve(r);
@@ -320,12 +318,12 @@ TEST_F(OmniUnifiedPipelineTest, RequestsAreValidatedNamingTheField) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);
-    auto r = request();
+    auto r = unified_request();
     c.edit(r);
     const auto message = rejection(r);
     EXPECT_EQ(message.rfind(c.field, 0), 0u) << message;
   }
-  EXPECT_EQ(rejection(request()), "accepted");
+  EXPECT_EQ(rejection(unified_request()), "accepted");
 }
 
 TEST_F(OmniUnifiedPipelineTest, LoadingIsStrictAndNamesThePartAtFault) {
@@ -467,7 +465,7 @@ TEST_F(OmniUnifiedPipelineTest, InspectPlansReasonerAndGeneratorAsSplitComponent
   EXPECT_EQ(reasoner->role, offload::Role::split);
   EXPECT_EQ(generator->role, offload::Role::split);
   // The counts are the loaded modules' own.
-  auto pipe = load(unified_dir());
+  auto pipe = load_unified(unified_dir());
   const auto count = [](torch::nn::Module& m) {
     std::uint64_t n = 0;
     for (const auto& p : m.parameters()) n += static_cast<std::uint64_t>(p.numel());

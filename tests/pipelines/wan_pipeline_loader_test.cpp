@@ -6,8 +6,10 @@
 #include "omni/omni.h"
 #include "omni/pipelines/wan_pipeline.h"
 #include "pipelines/tiny_wan.h"
+#include "support/text.h"
 
 using namespace omni;
+using omni::testing::contains;
 using pipelines::WanPipeline;
 namespace fs = std::filesystem;
 
@@ -56,10 +58,6 @@ void edit_weights(
   auto tensors = io::load_safetensors(file);
   edit(tensors);
   io::save_safetensors(file, tensors);
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ namespace {
 using nlohmann::json;
 using namespace testing;
 
-const std::string kImage =
+const std::string kLoadImage =
     R"({"prompt": "a red circle", "size": "32x32", "num_inference_steps": 4, "seed": 1})";
 
 std::uint64_t images_with_status(const std::string& metrics, int status) {
@@ -44,7 +44,7 @@ TEST(ServerLoad, ThirtyTwoClientsAgainstAQueueOfFour) {
     clients.emplace_back([&, i] {
       auto c = server.client();
       start.arrive_and_wait();  // all at once
-      const auto r = c->Post("/v1/images/generations", kImage, "application/json");
+      const auto r = c->Post("/v1/images/generations", kLoadImage, "application/json");
       outcomes[i].error = r.error();
       if (r) {
         outcomes[i].status = r->status;

@@ -35,13 +35,13 @@ using models::unified::OmniUnifiedTransformerImpl;
 // ε − x₀ from it. Reasoner and generator share one AdamW, the learning-rate
 // schedule and one loss, so the reasoner learns what the generator needs;
 // the saved weights are the EMA of both.
-using CheckpointFn = std::function<void(const OmniUnifiedTransformer&)>;
+using UnifiedCheckpointFn = std::function<void(const OmniUnifiedTransformer&)>;
 
 OmniUnifiedTransformer train_unified_model(const TrainOptions& o,
                                            const OmniUnifiedTransformerConfig& config,
                                            const io::Tokenizer& tokenizer, const LatentSet& data,
                                            std::mt19937_64& rng, std::ostream& log,
-                                           const CheckpointFn& checkpoint) {
+                                           const UnifiedCheckpointFn& checkpoint) {
   OmniUnifiedTransformer model(config);
   initialise(*model->reasoner);
   initialise(*model->generator);
