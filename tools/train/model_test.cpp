@@ -2,12 +2,15 @@
 // ordinary loader reads and that generates a frame; and, when
 // models/tiny-shapes(-unified) are present, the quality bar measured on them.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "evaluation.h"
 #include "offload_expectations.h"
@@ -86,6 +89,40 @@ void expect_floors(const EvalResult& result, const Floors& seen, const Floors& h
 
 fs::path shipped(const char* name) {
   return fs::path(OMNI_SOURCE_DIR) / "models" / name;
+}
+
+// The probe flags (Note [Contrasting the shape word] in trainer.cpp): a
+// smoke run fine-tunes another smoke run's experts with the shape-word
+// contrast, and refuses experts of other sizes.
+TEST(Train, SmokeRunFineTunesWithTheShapeContrast) {
+  const auto base = fs::temp_directory_path() / ("omni_train_probe_" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  const auto run = [&](const std::string& name, const std::string& flags) {
+    const auto dir = base / name;
+    fs::create_directories(base);
+    const std::string command = std::string("'") + OMNI_TRAIN_BINARY + "' --smoke '" +
+                                dir.string() + "' " + flags + " > '" + dir.string() + ".log' 2>&1";
+    const int status = std::system(command.c_str());
+    std::ifstream log(dir.string() + ".log");
+    std::stringstream text;
+    text << log.rdbuf();
+    return std::pair{WEXITSTATUS(status), text.str()};
+  };
+  ASSERT_EQ(run("first", "").first, 0);
+  const auto first = (base / "first").string();
+  const auto [status, log] = run(
+      "tuned", "--vae-from '" + first + "' --experts-from '" + first + "' --dit-shape-contrast 1");
+  ASSERT_EQ(status, 0) << log;
+  EXPECT_NE(log.find("start from " + first), std::string::npos) << log;
+  EXPECT_NE(log.find("contrast "), std::string::npos) << log;
+  EXPECT_TRUE(fs::is_regular_file(base / "tuned" / "transformer_2" /
+                                  "diffusion_pytorch_model.safetensors"));
+  // The shipped model's experts are not the smoke recipe's size.
+  const auto [refused, why] = run("refused", "--vae-from '" + first + "' --experts-from '" +
+                                                 shipped("tiny-shapes").string() + "'");
+  EXPECT_EQ(refused, 1) << why;
+  EXPECT_NE(why.find("sizes differ"), std::string::npos) << why;
+  fs::remove_all(base);
 }
 
 // The quality measure on the shipped model (12 seen + 12 held-out prompts,

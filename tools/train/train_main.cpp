@@ -42,6 +42,14 @@ int main(int argc, char** argv) {
   app.add_option("--dit-outline-weight", f.dit_outline_weight,
                  "further loss weight of the latent cells where the shapes differ")
       ->default_val(o.dit_outline_weight);
+  app.add_option("--dit-shape-contrast", f.dit_shape_contrast,
+                 "weight of the low-noise expert's shape-word contrast (0: none)")
+      ->default_val(o.dit_shape_contrast);
+  app.add_option("--dit-shape-margin", f.dit_shape_margin,
+                 "relative error margin of the shape-word contrast")
+      ->default_val(o.dit_shape_margin);
+  app.add_option("--experts-from", f.experts_from,
+                 "start the text encoder and experts from MODEL_DIR's (a probe; same sizes)");
   app.add_option("--z-dim", f.sizes.z_dim)->default_val(o.sizes.z_dim);
   app.add_option("--vae-spatial", f.sizes.vae_spatial, "pixels per latent cell: 4 or 8")
       ->default_val(o.sizes.vae_spatial);
@@ -77,6 +85,9 @@ int main(int argc, char** argv) {
   if (given("--vae-colour-jitter")) options.vae_colour_jitter = f.vae_colour_jitter;
   if (given("--dit-object-weight")) options.dit_object_weight = f.dit_object_weight;
   if (given("--dit-outline-weight")) options.dit_outline_weight = f.dit_outline_weight;
+  if (given("--dit-shape-contrast")) options.dit_shape_contrast = f.dit_shape_contrast;
+  if (given("--dit-shape-margin")) options.dit_shape_margin = f.dit_shape_margin;
+  if (given("--experts-from")) options.experts_from = f.experts_from;
   if (given("--z-dim")) options.sizes.z_dim = f.sizes.z_dim;
   if (given("--vae-spatial")) options.sizes.vae_spatial = f.sizes.vae_spatial;
   if (given("--vae-temporal")) options.sizes.vae_temporal = f.sizes.vae_temporal;

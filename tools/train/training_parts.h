@@ -108,6 +108,19 @@ FlowBatch flow_matching_batch(const LatentSet& data, const std::vector<std::int6
 torch::Tensor weighted_mse(const torch::Tensor& prediction, const torch::Tensor& target,
                            const torch::Tensor& weight);
 
+// `prompt` (one of the grammar's) with its shape word replaced by another
+// shape's, drawn with `rng` among those that do not make a held-out
+// combination (Note [Contrasting the shape word], trainer.cpp); "" for a
+// prompt that is not the grammar's (the empty one) or when no shape qualifies.
+std::string other_shape_prompt(const std::string& prompt, std::mt19937_64& rng);
+
+// Per clip, e = Σ mask·(prediction − target)² / (C·Σ mask) with the right
+// prompt's prediction (`right`) and another shape's (`swapped`), both [B, C,
+// T, h, w] against `target`, `mask` [B, 1, T, h, w]; returns the mean over
+// clips of max(0, (1 + margin)·e_right − e_swapped).
+torch::Tensor shape_contrast(const torch::Tensor& right, const torch::Tensor& swapped,
+                             const torch::Tensor& target, const torch::Tensor& mask, double margin);
+
 // Tokens of the longest of `prompts` (and of ""), EOS included.
 std::int64_t longest_prompt_tokens(const io::Tokenizer& tokenizer,
                                    const std::vector<std::string>& prompts);

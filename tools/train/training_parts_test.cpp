@@ -6,8 +6,10 @@
 #include <torch/torch.h>
 
 #include <unistd.h>
+#include <cmath>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "model_files.h"
@@ -225,6 +227,69 @@ TEST(TrainingParts, FlowBatchWeighsTheShapeCells) {
   EXPECT_TRUE(
       torch::allclose(batch.noisy[1] - 0.25 * batch.target[1], data.latents[0], 1e-5, 1e-5));
   EXPECT_EQ(batch.timestep[0].item<float>(), 500.0f);
+}
+
+TEST(TrainingParts, OtherShapePromptNeverMakesAHeldOutCombination) {
+  std::mt19937_64 rng(7);
+  // Green: a triangle is held out, so a green circle can only become a square.
+  const ShapeSpec green_circle{Colour::kGreen, Shape::kCircle, Motion::kLeft, Colour::kBlack};
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(parts::other_shape_prompt(prompt_of(green_circle), rng),
+              "a green square moving left on a black background");
+  // Yellow: both other shapes occur.
+  const ShapeSpec yellow_square{Colour::kYellow, Shape::kSquare, Motion::kDown, Colour::kGray};
+  std::set<std::string> seen;
+  for (int i = 0; i < 50; ++i)
+    seen.insert(parts::other_shape_prompt(prompt_of(yellow_square), rng));
+  EXPECT_EQ(seen, (std::set<std::string>{"a yellow circle moving down on a gray background",
+                                         "a yellow triangle moving down on a gray background"}));
+  // Not the grammar's: nothing to contrast.
+  EXPECT_EQ(parts::other_shape_prompt("", rng), "");
+  EXPECT_EQ(parts::other_shape_prompt("a red circle", rng), "");
+  // Every training prompt's contrast is a training prompt.
+  for (const auto& spec : all_specs()) {
+    if (is_held_out(spec)) continue;
+    const auto other = parts::other_shape_prompt(prompt_of(spec), rng);
+    if (other.empty()) continue;
+    bool found = false;
+    for (const auto& s : all_specs())
+      if (prompt_of(s) == other) {
+        found = true;
+        EXPECT_FALSE(is_held_out(s)) << other;
+        EXPECT_NE(s.shape, spec.shape) << other;
+      }
+    EXPECT_TRUE(found) << other;
+  }
+}
+
+TEST(TrainingParts, ShapeContrastIsAHingeOnTheMaskedErrors) {
+  const auto target = torch::zeros({2, 2, 1, 2, 2});
+  auto mask = torch::zeros({2, 1, 1, 2, 2});
+  mask[0][0][0][0][0] = 1;
+  mask[1][0][0][1][1] = 1;
+  // Clip 0: right error 1 on its cell, swapped error 4: margin met, no loss.
+  // Clip 1: right error 1, swapped error 1.1 < 1.25: loss 0.15. Cells
+  // outside the mask do not count.
+  auto right = torch::zeros({2, 2, 1, 2, 2});
+  auto swapped = torch::zeros({2, 2, 1, 2, 2});
+  for (int c = 0; c < 2; ++c) {
+    right[0][c][0][0][0] = 1.0;
+    swapped[0][c][0][0][0] = 2.0;
+    right[1][c][0][1][1] = 1.0;
+    swapped[1][c][0][1][1] = std::sqrt(1.1);
+  }
+  right[1][0][0][0][0] = 100;  // outside clip 1's mask
+  const auto loss = parts::shape_contrast(right, swapped, target, mask, 0.25);
+  EXPECT_NEAR(loss.item<double>(), 0.15 / 2, 1e-6);
+  // Gradients pull the right prediction towards the target and push the
+  // swapped one away, on clip 1 only.
+  right.requires_grad_(true);
+  swapped.requires_grad_(true);
+  parts::shape_contrast(right, swapped, target, mask, 0.25).backward();
+  EXPECT_GT(right.grad()[1][0][0][1][1].item<double>(), 0);
+  EXPECT_LT(swapped.grad()[1][0][0][1][1].item<double>(), 0);
+  EXPECT_EQ(right.grad()[0].abs().sum().item<double>(), 0);
+  EXPECT_EQ(right.grad()[1][0][0][0][0].item<double>(), 0);
 }
 
 }  // namespace
