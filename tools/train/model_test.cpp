@@ -129,8 +129,8 @@ TEST(Train, SmokeRunFineTunesWithTheShapeContrast) {
 // fixed seeds, the pipeline's default sampling: 40 steps, guidance 4 / 3).
 // The bar is foreground and background >= 90%, shape and direction
 // >= 80%, held-out included; the shipped model does NOT reach it yet
-// (measured 2026-12-03 on this set: seen fg 100%, bg 100%, shape 50.0%,
-// direction 91.7%; held-out fg 100%, bg 100%, shape 33.3%, direction 100%;
+// (measured 2026-12-06 on this set: seen fg 100%, bg 100%, shape 50.0%,
+// direction 91.7%; held-out fg 100%, bg 100%, shape 41.7%, direction 100%;
 // docs/tiny-shapes.md). So this test prints the report and guards only
 // against regressions, one clip below those rates; raise the floors with the
 // model. The full 24 + 24 set is `omni-quality models/tiny-shapes`.
@@ -140,7 +140,7 @@ TEST(Train, ShippedModelQuality) {
   configure_cpu(2);
   auto pipe = pipelines::load_pipeline(model.string());
   expect_floors(evaluate_model(*pipe, evaluation_cases(12), {}), {0.9, 0.9, 0.41, 0.83},
-                {0.9, 0.9, 0.25, 0.9});
+                {0.9, 0.9, 0.33, 0.9});
 }
 
 // The bundled split model (OmniUnifiedPipeline): the same measure, floors
