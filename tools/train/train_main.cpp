@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
                  "relative error margin of the shape-word contrast")
       ->default_val(o.dit_shape_margin);
   app.add_option("--experts-from", f.experts_from,
-                 "start the text encoder and experts from MODEL_DIR's (a probe; same sizes)");
+                 "start the text encoder and experts (--unified: reasoner and generator) from "
+                 "MODEL_DIR's (same sizes and tokenizer)");
   app.add_option("--z-dim", f.sizes.z_dim)->default_val(o.sizes.z_dim);
   app.add_option("--vae-spatial", f.sizes.vae_spatial, "pixels per latent cell: 4 or 8")
       ->default_val(o.sizes.vae_spatial);

@@ -409,6 +409,18 @@ torch::Tensor shape_contrast(const torch::Tensor& right, const torch::Tensor& sw
   return torch::relu((1.0 + margin) * error(right) - error(swapped)).mean();
 }
 
+void check_same_tokenizer(const fs::path& model_dir, const io::Tokenizer& tokenizer) {
+  // The model file records where spm_train read its input, so compare what
+  // the two tokenizers do, not their bytes.
+  const auto theirs = model_dir / "tokenizer" / "spiece.model";
+  const auto other = io::Tokenizer::from_file(theirs);
+  for (const auto& spec : all_specs())
+    if (other.encode(prompt_of(spec)) != tokenizer.encode(prompt_of(spec)))
+      throw std::runtime_error(theirs.string() + " tokenizes \"" + prompt_of(spec) +
+                               "\" differently from this run's: --experts-from needs the same "
+                               "tokenizer");
+}
+
 std::int64_t longest_prompt_tokens(const io::Tokenizer& tokenizer,
                                    const std::vector<std::string>& prompts) {
   std::int64_t length = 2;
@@ -819,17 +831,7 @@ void train_tiny_shapes(const TrainOptions& o, const fs::path& out_dir, std::ostr
   if (tokenizer.vocab_size() > o.sizes.vocab_size)
     throw std::runtime_error("the tokenizer has more pieces than the text encoder embeds");
   log << "tokenizer: " << tokenizer.vocab_size() << " pieces" << std::endl;
-  if (!o.experts_from.empty()) {
-    // The model file records where spm_train read its input, so compare what
-    // the two tokenizers do, not their bytes.
-    const auto theirs = o.experts_from / "tokenizer" / "spiece.model";
-    const auto other = io::Tokenizer::from_file(theirs);
-    for (const auto& spec : all_specs())
-      if (other.encode(prompt_of(spec)) != tokenizer.encode(prompt_of(spec)))
-        throw std::runtime_error(theirs.string() + " tokenizes \"" + prompt_of(spec) +
-                                 "\" differently from this run's: --experts-from needs the same "
-                                 "tokenizer");
-  }
+  if (!o.experts_from.empty()) check_same_tokenizer(o.experts_from, tokenizer);
 
   auto [vae, data] = prepare_training_data(o, configs, rng, log);
   const auto write = [&](const Experts& experts) {

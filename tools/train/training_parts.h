@@ -121,6 +121,10 @@ std::string other_shape_prompt(const std::string& prompt, std::mt19937_64& rng);
 torch::Tensor shape_contrast(const torch::Tensor& right, const torch::Tensor& swapped,
                              const torch::Tensor& target, const torch::Tensor& mask, double margin);
 
+// TrainOptions::experts_from: std::runtime_error unless `model_dir`'s
+// tokenizer encodes every prompt of the grammar as `tokenizer` does.
+void check_same_tokenizer(const std::filesystem::path& model_dir, const io::Tokenizer& tokenizer);
+
 // Tokens of the longest of `prompts` (and of ""), EOS included.
 std::int64_t longest_prompt_tokens(const io::Tokenizer& tokenizer,
                                    const std::vector<std::string>& prompts);

@@ -1,7 +1,8 @@
 // The unified trainer end to end: `omni-train --smoke` makes a smoke VAE,
 // `omni-train --smoke --unified --vae-from` trains the split model from it,
 // and the result loads with the ordinary loader, generates with and without
-// model-level offload, and can be measured by omni-quality's code.
+// model-level offload, and can be measured by omni-quality's code; a second
+// run fine-tunes it with the shape-word contrast (--experts-from).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
@@ -9,6 +10,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 #include "evaluation.h"
 #include "offload_expectations.h"
@@ -26,6 +30,13 @@ int run_train(const std::string& arguments, const fs::path& log) {
   const std::string command =
       std::string("'") + OMNI_TRAIN_BINARY + "' " + arguments + " > '" + log.string() + "' 2>&1";
   return WEXITSTATUS(std::system(command.c_str()));
+}
+
+std::string unified_file_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 TEST(TrainUnified, SmokeRunFromASmokeVaeWritesALoadableModel) {
@@ -81,6 +92,28 @@ TEST(TrainUnified, SmokeRunFromASmokeVaeWritesALoadableModel) {
   EXPECT_EQ(generated.seen.clips + generated.held_out.clips, 2);
   const auto reconstructed = evaluate_reconstruction(*pipe, evaluation_cases(1));
   EXPECT_EQ(reconstructed.cases.size(), 2u);
+
+  // A fine-tune from it with the shape-word contrast; a model of other sizes
+  // is refused before its first step.
+  const auto tuned = base / "tuned";
+  ASSERT_EQ(run_train("--smoke --unified --vae-from '" + vae_model.string() + "' --experts-from '" +
+                          out.string() + "' --dit-shape-contrast 1 --log-every 1 '" +
+                          tuned.string() + "'",
+                      base / "tuned.log"),
+            0)
+      << "see " << base / "tuned.log";
+  const auto tuned_log = unified_file_text(base / "tuned.log");
+  EXPECT_TRUE(tuned_log.find("start from " + out.string()) != std::string::npos) << tuned_log;
+  EXPECT_TRUE(tuned_log.find("contrast ") != std::string::npos) << tuned_log;
+  EXPECT_NE(unified_file_text(tuned / "transformer/diffusion_pytorch_model.safetensors"),
+            unified_file_text(out / "transformer/diffusion_pytorch_model.safetensors"));
+  EXPECT_EQ(run_train("--smoke --unified --vae-from '" + vae_model.string() + "' --experts-from '" +
+                          (fs::path(OMNI_SOURCE_DIR) / "models" / "tiny-shapes-unified").string() +
+                          "' '" + (base / "refused").string() + "'",
+                      base / "refused.log"),
+            1);
+  EXPECT_TRUE(unified_file_text(base / "refused.log").find("sizes differ") != std::string::npos)
+      << unified_file_text(base / "refused.log");
   fs::remove_all(base);
 }
 

@@ -8,6 +8,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "omni/io/checkpoint.h"
+#include "omni/io/json_config.h"
 #include "omni/io/tokenizer.h"
 #include "omni/models/unified/omni_unified_transformer.h"
 #include "omni/pipelines/wan_video_stages.h"
@@ -35,16 +37,42 @@ using models::unified::OmniUnifiedTransformerImpl;
 // ε − x₀ from it. Reasoner and generator share one AdamW, the learning-rate
 // schedule and one loss, so the reasoner learns what the generator needs;
 // the saved weights are the EMA of both.
+//
+// experts_from starts reasoner and generator from a trained unified model's
+// (same config, tokenizer encoding the grammar alike); dit_shape_contrast
+// adds Note [Contrasting the shape word] (trainer.cpp) on the clips whose σ
+// is below the two-expert recipe's boundary, where the two-expert recipe
+// applies it to its low-noise expert: those clips are predicted again with
+// another shape's word, read by the reasoner like any prompt.
 using UnifiedCheckpointFn = std::function<void(const OmniUnifiedTransformer&)>;
 
-OmniUnifiedTransformer train_unified_model(const TrainOptions& o,
-                                           const OmniUnifiedTransformerConfig& config,
+// TrainOptions::experts_from for the unified model: `dir`'s transformer
+// into `model`; std::runtime_error when its config is not `config_json` or
+// its tokenizer is not `tokenizer`.
+void load_trained_unified(const fs::path& dir, const nlohmann::json& config_json,
+                          const io::Tokenizer& tokenizer, OmniUnifiedTransformer& model,
+                          std::ostream& log) {
+  const auto file = dir / "transformer" / "config.json";
+  if (io::read_json_file(file) != config_json)
+    throw std::runtime_error(file.string() +
+                             " is not this run's config (sizes differ): --experts-from needs a "
+                             "unified model trained with the same sizes");
+  check_same_tokenizer(dir, tokenizer);
+  model->load_weights(io::Checkpoint::open_dir(dir / "transformer", "diffusion_pytorch_model"));
+  log << "unified reasoner and generator start from " << dir.string() << std::endl;
+}
+
+OmniUnifiedTransformer train_unified_model(const TrainOptions& o, const nlohmann::json& config_json,
                                            const io::Tokenizer& tokenizer, const LatentSet& data,
                                            std::mt19937_64& rng, std::ostream& log,
                                            const UnifiedCheckpointFn& checkpoint) {
+  const auto config =
+      OmniUnifiedTransformerConfig::from_json(config_json, "unified transformer config");
   OmniUnifiedTransformer model(config);
   initialise(*model->reasoner);
   initialise(*model->generator);
+  if (!o.experts_from.empty())
+    load_trained_unified(o.experts_from, config_json, tokenizer, model, log);
   const auto params = model->parameters();
   EmaWeights ema(params);
   torch::optim::AdamW optimizer(
@@ -57,8 +85,11 @@ OmniUnifiedTransformer train_unified_model(const TrainOptions& o,
                              std::to_string(config.max_tokens));
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const auto start = Clock::now();
-  double running = 0;
+  double running = 0, running_contrast = 0;
   int running_n = 0;
+  // As in train_experts: its own generator, so a run without the contrast
+  // draws what it drew before the contrast existed.
+  std::mt19937_64 contrast_rng(o.seed + 3);
   for (int step = 0; step < o.dit_steps; ++step) {
     set_lr(optimizer, scheduled_lr(o.dit_lr, step, o.dit_steps));
     std::vector<std::int64_t> index;
@@ -70,21 +101,49 @@ OmniUnifiedTransformer train_unified_model(const TrainOptions& o,
       prompts.push_back(std::move(example.prompt));
       sigmas.push_back(static_cast<float>(shifted_sigma(unit(rng))));
     }
-    const auto tokens = pipelines::tokenize_prompts(tokenizer, prompts, config.max_tokens);
-    const auto context = model->reasoner(tokens.input_ids, tokens.attention_mask);
+    const auto read = [&](const std::vector<std::string>& texts) {
+      const auto tokens = pipelines::tokenize_prompts(tokenizer, texts, config.max_tokens);
+      return model->reasoner(tokens.input_ids, tokens.attention_mask);
+    };
     const auto [noisy, target, timestep, weight] =
         flow_matching_batch(data, index, sigmas, o.dit_object_weight, o.dit_outline_weight);
-    const auto loss = weighted_mse(model->generator(noisy, timestep, context), target, weight);
+    const auto prediction = model->generator(noisy, timestep, read(prompts));
+    const auto mse = weighted_mse(prediction, target, weight);
+    auto loss = mse;
+    if (o.dit_shape_contrast > 0) {
+      std::vector<std::int64_t> rows;
+      std::vector<std::string> others;
+      for (int i = 0; i < o.dit_batch; ++i) {
+        if (sigmas[i] >= kBoundaryRatio) continue;
+        auto other = other_shape_prompt(prompts[i], contrast_rng);
+        if (other.empty()) continue;
+        rows.push_back(i);
+        others.push_back(std::move(other));
+      }
+      if (!rows.empty()) {
+        const auto r = torch::tensor(rows, torch::kInt64);
+        const auto c = torch::tensor(index, torch::kInt64).index_select(0, r);
+        const auto swapped =
+            model->generator(noisy.index_select(0, r), timestep.index_select(0, r), read(others));
+        const auto mask =
+            (data.object.index_select(0, c) + data.outline.index_select(0, c)).clamp_max(1.0);
+        const auto contrast = shape_contrast(prediction.index_select(0, r), swapped,
+                                             target.index_select(0, r), mask, o.dit_shape_margin);
+        loss = loss + o.dit_shape_contrast * contrast;
+        running_contrast += contrast.item<double>();
+      }
+    }
     optimizer_step(optimizer, loss, params);
     ema.update(step, o.ema_decay);
-    running += loss.item<double>();
+    running += mse.item<double>();
     ++running_n;
     if ((step + 1) % o.log_every == 0 || step + 1 == o.dit_steps) {
       log << "unified step " << std::setw(5) << step + 1 << "/" << o.dit_steps << "  loss "
-          << std::fixed << std::setprecision(4) << running / running_n << "  "
-          << elapsed_and_eta(start, step + 1, o.dit_steps) << std::endl;
+          << std::fixed << std::setprecision(4) << running / running_n;
+      if (o.dit_shape_contrast > 0) log << "  contrast " << running_contrast / running_n;
+      log << "  " << elapsed_and_eta(start, step + 1, o.dit_steps) << std::endl;
       log.unsetf(std::ios::fixed);
-      running = 0;
+      running = running_contrast = 0;
       running_n = 0;
     }
     if (checkpoint && checkpoint_due(o, step)) ema.with_average([&] { checkpoint(model); });
@@ -155,7 +214,7 @@ void train_tiny_shapes_unified(const TrainOptions& o, const fs::path& out_dir, s
     write_json(out_dir / "model_index.json", unified_model_index());
   };
   const auto model =
-      train_unified_model(o, config, tokenizer, data, run.rng, log, [&](const auto& m) {
+      train_unified_model(o, transformer_json, tokenizer, data, run.rng, log, [&](const auto& m) {
         write(m);
         log << "checkpoint written to " << out_dir.string() << std::endl;
       });

@@ -9,7 +9,8 @@
 //   train_tiny_shapes_unified(options, "models/tiny-shapes-unified", std::cout);
 //
 // It never trains a VAE: vae_from's vae/ (same ModelSizes) and tokenizer/
-// are reused, as omni-train --vae-from reuses them.
+// are reused, as omni-train --vae-from reuses them. experts_from (a trained
+// unified model) and dit_shape_contrast work as in the two-expert recipe.
 // Seeded; synchronous; prints progress to `log`.
 #pragma once
 
@@ -36,7 +37,8 @@ nlohmann::json unified_transformer_config(const ModelSizes& sizes);
 // Trains and writes the OmniUnifiedPipeline directory `out_dir` (created;
 // existing component files are replaced). std::invalid_argument when
 // options.vae_from is empty or options are invalid; std::runtime_error when
-// vae_from's VAE has other sizes or it has no tokenizer.
+// vae_from's VAE has other sizes or it has no tokenizer, or experts_from's
+// transformer config or tokenizer is not this run's.
 void train_tiny_shapes_unified(const TrainOptions& options, const std::filesystem::path& out_dir,
                                std::ostream& log);
 
