@@ -409,6 +409,39 @@ torch::Tensor shape_contrast(const torch::Tensor& right, const torch::Tensor& sw
   return torch::relu((1.0 + margin) * error(right) - error(swapped)).mean();
 }
 
+torch::Tensor shape_word_contrast(const LatentSet& data, const std::vector<std::int64_t>& clips,
+                                  const std::vector<std::string>& prompts,
+                                  const std::vector<bool>& eligible,
+                                  const torch::Tensor& prediction, const torch::Tensor& target,
+                                  double margin, std::mt19937_64& rng,
+                                  const PredictAgainFn& predict_again) {
+  std::vector<std::int64_t> rows, their_clips;
+  std::vector<std::string> others;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    if (!eligible[i]) continue;
+    auto other = other_shape_prompt(prompts[i], rng);
+    if (other.empty()) continue;
+    rows.push_back(static_cast<std::int64_t>(i));
+    their_clips.push_back(clips[i]);
+    others.push_back(std::move(other));
+  }
+  if (rows.empty()) return {};
+  const auto r = torch::tensor(rows, torch::kInt64);
+  const auto c = torch::tensor(their_clips, torch::kInt64);
+  const auto swapped = predict_again(r, others);
+  const auto mask =
+      (data.object.index_select(0, c) + data.outline.index_select(0, c)).clamp_max(1.0);
+  return shape_contrast(prediction.index_select(0, r), swapped, target.index_select(0, r), mask,
+                        margin);
+}
+
+void check_same_config(const fs::path& config_file, const nlohmann::json& wanted) {
+  if (io::read_json_file(config_file) != wanted)
+    throw std::runtime_error(config_file.string() +
+                             " is not this run's config (sizes differ): --experts-from needs a "
+                             "model trained with the same sizes");
+}
+
 void check_same_tokenizer(const fs::path& model_dir, const io::Tokenizer& tokenizer) {
   // The model file records where spm_train read its input, so compare what
   // the two tokenizers do, not their bytes.
@@ -579,16 +612,9 @@ using CheckpointFn = std::function<void(const Experts&)>;
 // std::runtime_error when their configs are not this run's.
 void load_trained_experts(const fs::path& dir, const ComponentConfigs& configs, Experts& e,
                           std::ostream& log) {
-  const auto same = [&](const char* folder, const nlohmann::json& wanted) {
-    const auto file = dir / folder / "config.json";
-    if (io::read_json_file(file) != wanted)
-      throw std::runtime_error(file.string() +
-                               " is not this run's config (sizes differ): --experts-from needs a "
-                               "model trained with the same sizes");
-  };
-  same("text_encoder", configs.text_encoder);
-  same("transformer", configs.transformer);
-  same("transformer_2", configs.transformer);
+  check_same_config(dir / "text_encoder" / "config.json", configs.text_encoder);
+  check_same_config(dir / "transformer" / "config.json", configs.transformer);
+  check_same_config(dir / "transformer_2" / "config.json", configs.transformer);
   e.text_encoder->load_weights(io::Checkpoint::open_dir(dir / "text_encoder", "model"));
   e.transformer->load_weights(
       io::Checkpoint::open_dir(dir / "transformer", "diffusion_pytorch_model"));
@@ -668,26 +694,15 @@ Experts train_experts(const TrainOptions& o, const ComponentConfigs& configs,
     if (o.dit_shape_contrast > 0) {
       // Note [Contrasting the shape word]: the low-noise clips again, each
       // with another shape's word.
-      std::vector<std::int64_t> rows, clips;
-      std::vector<std::string> others;
-      for (int i = B; i < 2 * B; ++i) {
-        auto other = other_shape_prompt(prompts[i], contrast_rng);
-        if (other.empty()) continue;
-        rows.push_back(i - B);
-        clips.push_back(index[i]);
-        others.push_back(std::move(other));
-      }
-      if (!rows.empty()) {
-        const auto r = torch::tensor(rows, torch::kInt64);
-        const auto c = torch::tensor(clips, torch::kInt64);
-        const auto swapped =
-            e.transformer_2(noisy.narrow(0, B, B).index_select(0, r),
-                            timestep.narrow(0, B, B).index_select(0, r), encode(others));
-        const auto mask =
-            (data.object.index_select(0, c) + data.outline.index_select(0, c)).clamp_max(1.0);
-        const auto contrast =
-            shape_contrast(lo.index_select(0, r), swapped,
-                           target.narrow(0, B, B).index_select(0, r), mask, o.dit_shape_margin);
+      const std::vector<std::int64_t> lo_clips(index.begin() + B, index.end());
+      const std::vector<std::string> lo_prompts(prompts.begin() + B, prompts.end());
+      const auto contrast = shape_word_contrast(
+          data, lo_clips, lo_prompts, std::vector<bool>(B, true), lo, target.narrow(0, B, B),
+          o.dit_shape_margin, contrast_rng, [&](const torch::Tensor& rows, const auto& others) {
+            return e.transformer_2(noisy.narrow(0, B, B).index_select(0, rows),
+                                   timestep.narrow(0, B, B).index_select(0, rows), encode(others));
+          });
+      if (contrast.defined()) {
         loss = loss + o.dit_shape_contrast * contrast;
         running[2] += contrast.item<double>();
       }

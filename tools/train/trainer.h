@@ -62,15 +62,16 @@ struct TrainOptions {
   // Further weight of the cells where another shape would differ (Note
   // [Weighting the outline] in trainer.cpp); 0: none.
   double dit_outline_weight = 0.0;
-  // Weight of the shape-word contrast for the low-noise expert (Note
-  // [Contrasting the shape word] in trainer.cpp); 0: none.
+  // Weight of the shape-word contrast on the clips below the expert boundary
+  // (Note [Contrasting the shape word] in trainer.cpp); 0: none.
   double dit_shape_contrast = 0.0;
   // How much larger the error with another shape's word must be than with
   // the right one, relatively, before the contrast stops pushing.
   double dit_shape_margin = 0.25;
-  // A model directory whose text encoder and experts (same sizes and
-  // tokenizer) are the starting point instead of fresh weights: for probes
-  // that fine-tune a trained model, not for the shipped recipe.
+  // A model directory whose text encoder and experts (unified: reasoner and
+  // generator; same sizes and tokenizer) are the starting point instead of
+  // fresh weights: the shipped recipe's second run (scripts/train-tiny-shapes)
+  // and probes that fine-tune a trained model.
   std::filesystem::path experts_from;
   double ema_decay = 0.995;
 

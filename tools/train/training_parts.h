@@ -121,8 +121,25 @@ std::string other_shape_prompt(const std::string& prompt, std::mt19937_64& rng);
 torch::Tensor shape_contrast(const torch::Tensor& right, const torch::Tensor& swapped,
                              const torch::Tensor& target, const torch::Tensor& mask, double margin);
 
-// TrainOptions::experts_from: std::runtime_error unless `model_dir`'s
-// tokenizer encodes every prompt of the grammar as `tokenizer` does.
+// Note [Contrasting the shape word] on one batch: each row i with
+// eligible[i] and a grammar prompt gets another shape's prompt (drawn with
+// `rng`, rows in order); predict_again(rows, their new prompts) predicts
+// those rows again, and the result is shape_contrast of `prediction`'s rows
+// against it over the shape's and outline's cells of `clips`' latents.
+// Undefined when no row qualifies.
+using PredictAgainFn =
+    std::function<torch::Tensor(const torch::Tensor& rows, const std::vector<std::string>&)>;
+torch::Tensor shape_word_contrast(const LatentSet& data, const std::vector<std::int64_t>& clips,
+                                  const std::vector<std::string>& prompts,
+                                  const std::vector<bool>& eligible,
+                                  const torch::Tensor& prediction, const torch::Tensor& target,
+                                  double margin, std::mt19937_64& rng,
+                                  const PredictAgainFn& predict_again);
+
+// TrainOptions::experts_from: std::runtime_error unless the model's
+// `config_file` holds `wanted` ("sizes differ") and its tokenizer (next to
+// it in `model_dir`) encodes every prompt of the grammar as `tokenizer` does.
+void check_same_config(const std::filesystem::path& config_file, const nlohmann::json& wanted);
 void check_same_tokenizer(const std::filesystem::path& model_dir, const io::Tokenizer& tokenizer);
 
 // Tokens of the longest of `prompts` (and of ""), EOS included.

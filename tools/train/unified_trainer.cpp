@@ -9,7 +9,6 @@
 #include <stdexcept>
 
 #include "omni/io/checkpoint.h"
-#include "omni/io/json_config.h"
 #include "omni/io/tokenizer.h"
 #include "omni/models/unified/omni_unified_transformer.h"
 #include "omni/pipelines/wan_video_stages.h"
@@ -52,11 +51,7 @@ using UnifiedCheckpointFn = std::function<void(const OmniUnifiedTransformer&)>;
 void load_trained_unified(const fs::path& dir, const nlohmann::json& config_json,
                           const io::Tokenizer& tokenizer, OmniUnifiedTransformer& model,
                           std::ostream& log) {
-  const auto file = dir / "transformer" / "config.json";
-  if (io::read_json_file(file) != config_json)
-    throw std::runtime_error(file.string() +
-                             " is not this run's config (sizes differ): --experts-from needs a "
-                             "unified model trained with the same sizes");
+  check_same_config(dir / "transformer" / "config.json", config_json);
   check_same_tokenizer(dir, tokenizer);
   model->load_weights(io::Checkpoint::open_dir(dir / "transformer", "diffusion_pytorch_model"));
   log << "unified reasoner and generator start from " << dir.string() << std::endl;
@@ -111,24 +106,15 @@ OmniUnifiedTransformer train_unified_model(const TrainOptions& o, const nlohmann
     const auto mse = weighted_mse(prediction, target, weight);
     auto loss = mse;
     if (o.dit_shape_contrast > 0) {
-      std::vector<std::int64_t> rows;
-      std::vector<std::string> others;
-      for (int i = 0; i < o.dit_batch; ++i) {
-        if (sigmas[i] >= kBoundaryRatio) continue;
-        auto other = other_shape_prompt(prompts[i], contrast_rng);
-        if (other.empty()) continue;
-        rows.push_back(i);
-        others.push_back(std::move(other));
-      }
-      if (!rows.empty()) {
-        const auto r = torch::tensor(rows, torch::kInt64);
-        const auto c = torch::tensor(index, torch::kInt64).index_select(0, r);
-        const auto swapped =
-            model->generator(noisy.index_select(0, r), timestep.index_select(0, r), read(others));
-        const auto mask =
-            (data.object.index_select(0, c) + data.outline.index_select(0, c)).clamp_max(1.0);
-        const auto contrast = shape_contrast(prediction.index_select(0, r), swapped,
-                                             target.index_select(0, r), mask, o.dit_shape_margin);
+      std::vector<bool> low_noise;
+      for (const float sigma : sigmas) low_noise.push_back(sigma < kBoundaryRatio);
+      const auto contrast = shape_word_contrast(
+          data, index, prompts, low_noise, prediction, target, o.dit_shape_margin, contrast_rng,
+          [&](const torch::Tensor& rows, const auto& others) {
+            return model->generator(noisy.index_select(0, rows), timestep.index_select(0, rows),
+                                    read(others));
+          });
+      if (contrast.defined()) {
         loss = loss + o.dit_shape_contrast * contrast;
         running_contrast += contrast.item<double>();
       }
