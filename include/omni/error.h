@@ -59,6 +59,14 @@ class NonResidentWeightAccess : public Error {
   using Error::Error;
 };
 
+// The caller stopped a request before it finished (a progress callback threw
+// it: a Python KeyboardInterrupt, an HTTP client that went away, a server
+// shutting down). Nothing is left half-changed: the engine stays usable.
+class Cancelled : public Error {
+ public:
+  using Error::Error;
+};
+
 // A bug in omni itself.
 class InternalError : public std::logic_error {
  public:
