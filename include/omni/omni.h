@@ -29,6 +29,9 @@ struct EngineArgs {
   std::string device = "auto";    // auto | cpu | sim | cuda[:N]
   std::string dtype = "float32";  // float32 | bfloat16 | float16
   std::uint64_t sim_memory_bytes = 64ull << 30;
+  // The sim device's link speed in GB/s (Note [The sim link]); 0: memcpy speed.
+  double sim_link_gbps = 0;
+  // offload.streaming (default on) is --offload-streaming.
   offload::OffloadOptions offload;
   device::FaultInjection faults;  // tests only
   // Throws ConfigError naming the bad field.

@@ -103,9 +103,16 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--repeats", config->repeats, "Fresh builds, each with its own cold start")
       ->capture_default_str();
   cmd->add_option("--device", config->device, "auto | sim | cuda[:N]")->capture_default_str();
-  cmd->add_option("--strategies", *strategies, "Comma-separated: omni,copy-back,accelerate,raw")
+  cmd->add_option("--strategies", *strategies,
+                  "Comma-separated: all-resident,omni,omni-streamed,copy-back,accelerate,raw")
       ->capture_default_str();
   cmd->add_option("--sim-memory", config->sim_memory, "Capacity of the sim device")
+      ->capture_default_str();
+  cmd->add_option("--sim-link-gbps", config->sim_link_gbps,
+                  "Sim link speed in GB/s; above 0, requests run with modeled compute slowed by "
+                  "the same factor from an H100 over PCIe Gen5 (bench/README.md)")
+      ->capture_default_str();
+  cmd->add_option("--steps", config->steps, "Denoising steps of a modeled request")
       ->capture_default_str();
   cmd->add_option("--json", config->json_path, "Where to write the JSON (\"\" for none)")
       ->capture_default_str();

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/offload_flags.h"
 #include "cli/progress_bar.h"
 #include "omni/error.h"
 #include "omni/omni.h"
@@ -51,6 +52,7 @@ struct GenerateOptions {
   std::string device = "auto";
   std::string dtype = "float32";
   std::string sim_memory = "64GiB";
+  OffloadFlags offload_flags;
   std::string report_json;
   bool quiet = false;
 };
@@ -74,6 +76,7 @@ int generate(const GenerateOptions& o) {
   args.device = o.device;
   args.dtype = o.dtype;
   args.sim_memory_bytes = device::parse_byte_size(o.sim_memory);
+  o.offload_flags.apply(args);
   GenerationRequest request;
   request.prompt = o.prompt;
   request.negative_prompt = o.negative_prompt;
@@ -145,6 +148,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--dtype", options->dtype, "float32 | bfloat16 | float16")->capture_default_str();
   cmd->add_option("--sim-memory", options->sim_memory, "Capacity of the sim device (e.g. 2GiB)")
       ->capture_default_str();
+  options->offload_flags.add_to(*cmd);
   cmd->add_option("--report-json", options->report_json, "Write the offload report as JSON");
   cmd->add_flag("--quiet,-q", options->quiet, "Print nothing but errors");
   cmd->callback([options] { std::exit(run_guarded([&] { return generate(*options); })); });

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/offload_flags.h"
 #include "omni/error.h"
 #include "omni/omni.h"
 
@@ -29,6 +30,7 @@ struct ServeOptions {
   std::string device = "auto";
   std::string dtype = "float32";
   std::string sim_memory = "64GiB";
+  OffloadFlags offload_flags;
   std::string max_body = "1MiB";
   server::ServerOptions server;
 };
@@ -114,6 +116,7 @@ int serve(ServeOptions& o) {
   args.device = o.device;
   args.dtype = o.dtype;
   args.sim_memory_bytes = device::parse_byte_size(o.sim_memory);
+  o.offload_flags.apply(args);
   o.server.max_body_bytes = device::parse_byte_size(o.max_body);
 
   SignalWaiter signals;  // Note [Signals in omni serve]
@@ -157,6 +160,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "float32 | bfloat16 | float16")->capture_default_str();
   cmd->add_option("--sim-memory", o->sim_memory, "Capacity of the sim device (e.g. 2GiB)")
       ->capture_default_str();
+  o->offload_flags.add_to(*cmd);
   cmd->add_option("--api-key", o->server.api_key,
                   "Require \"Authorization: Bearer KEY\" on /v1/* (or set OMNI_API_KEY)")
       ->envname("OMNI_API_KEY");

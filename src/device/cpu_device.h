@@ -15,11 +15,12 @@ class CpuDevice final : public Device {
   torch::Tensor allocate(std::size_t bytes) override;
   void copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src, std::size_t bytes,
                       bool) override;
+  std::shared_ptr<UploadFence> fence_uploads() override;
+  std::unique_ptr<DeviceDuration> wait_for(const std::shared_ptr<UploadFence>& fence) override;
   void copy_to_host(void* dst, const torch::Tensor& buffer, std::size_t offset,
                     std::size_t bytes) override;
   void release_cached_memory() override {}
   std::unique_ptr<TransferTimer> start_transfer_timer() override;
-  void publish_uploads() override {}
   void retire(torch::Tensor&) override {}
   torch::Tensor offloaded_view(const torch::Tensor& home) override { return home; }
   void synchronize() override {}

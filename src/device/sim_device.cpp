@@ -3,13 +3,62 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "device/sim_link.h"
 #include "omni/error.h"
 
 namespace omni::device {
 
-std::unique_ptr<TransferTimer> make_wall_clock_timer();
+namespace {
 
-SimDevice::SimDevice(const DeviceOptions& options) : options_(options) {}
+class SimFence final : public UploadFence {
+ public:
+  SimFence(std::shared_ptr<SimLink> link, std::uint64_t sequence)
+      : link_(std::move(link)), sequence_(sequence) {}
+  bool done() override { return link_->completed(sequence_); }
+  void synchronize() override { link_->wait(sequence_); }
+
+ private:
+  std::shared_ptr<SimLink> link_;
+  std::uint64_t sequence_;
+};
+
+class FixedDuration final : public DeviceDuration {
+ public:
+  explicit FixedDuration(double seconds) : seconds_(seconds) {}
+  double seconds() override { return seconds_; }
+
+ private:
+  double seconds_;
+};
+
+class SimTimer final : public TransferTimer {
+ public:
+  explicit SimTimer(std::shared_ptr<SimLink> link)
+      : link_(std::move(link)), state_(link_->open_timer()) {}
+  ~SimTimer() override {
+    if (!state_->stopped) link_->close_timer(state_);
+  }
+  void stop() override { link_->close_timer(state_); }
+  double seconds() override {
+    if (!state_->stopped) stop();
+    return link_->timer_seconds(state_);
+  }
+
+ private:
+  std::shared_ptr<SimLink> link_;
+  std::shared_ptr<SimLink::TimerState> state_;
+};
+
+}  // namespace
+
+SimDevice::SimDevice(const DeviceOptions& options)
+    : options_(options), link_(std::make_shared<SimLink>(options.sim_link_gbps)) {
+  OMNI_CHECK(options.sim_link_gbps >= 0 && options.sim_link_gbps < 1e6, ConfigError,
+             "sim link speed must be 0 (memcpy speed) or a positive number of GB/s, got ",
+             options.sim_link_gbps);
+}
+
+SimDevice::~SimDevice() = default;
 
 std::shared_ptr<void> SimDevice::pin_host(void* ptr, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(counters_->mutex);
@@ -59,17 +108,34 @@ torch::Tensor SimDevice::allocate(std::size_t bytes) {
 void SimDevice::copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src,
                                std::size_t bytes, bool) {
   OMNI_INTERNAL_ASSERT(offset + bytes <= static_cast<std::size_t>(buffer.numel()));
-  std::memcpy(buffer.data_ptr<std::uint8_t>() + offset, src, bytes);
+  link_->enqueue(buffer.data_ptr<std::uint8_t>() + offset, src, bytes, buffer);
+}
+
+std::shared_ptr<UploadFence> SimDevice::fence_uploads() {
+  return std::make_shared<SimFence>(link_, link_->last_enqueued());
+}
+
+std::unique_ptr<DeviceDuration> SimDevice::wait_for(const std::shared_ptr<UploadFence>& fence) {
+  // Sim computes on the calling thread: blocking it is exactly compute waiting.
+  const auto start = std::chrono::steady_clock::now();
+  if (!fence->done()) fence->synchronize();
+  return std::make_unique<FixedDuration>(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+void SimDevice::synchronize() {
+  link_->wait(link_->last_enqueued());
 }
 
 void SimDevice::copy_to_host(void* dst, const torch::Tensor& buffer, std::size_t offset,
                              std::size_t bytes) {
   OMNI_INTERNAL_ASSERT(offset + bytes <= static_cast<std::size_t>(buffer.numel()));
+  synchronize();  // ordered after every upload, as on a stream
   std::memcpy(dst, static_cast<const std::uint8_t*>(buffer.data_ptr()) + offset, bytes);
 }
 
 std::unique_ptr<TransferTimer> SimDevice::start_transfer_timer() {
-  return make_wall_clock_timer();
+  return std::make_unique<SimTimer>(link_);
 }
 
 torch::Tensor SimDevice::offloaded_view(const torch::Tensor& home) {

@@ -19,6 +19,9 @@ void EngineArgs::validate() const {
   OMNI_CHECK(sim_memory_bytes > 0, ConfigError, "sim memory must be positive");
   OMNI_CHECK(offload.max_pin_chunk_bytes >= 4096, ConfigError,
              "max pin chunk must be at least 4 KiB");
+  OMNI_CHECK(sim_link_gbps >= 0 && sim_link_gbps < 1e6, ConfigError,
+             "sim link speed must be 0 (memcpy speed) or a positive number of GB/s, got ",
+             sim_link_gbps);
 }
 
 std::vector<std::filesystem::path> GenerateResult::save(const std::filesystem::path& path) const {
@@ -29,6 +32,7 @@ Omni::Omni(EngineArgs args) : args_(std::move(args)) {
   args_.validate();
   device::DeviceOptions options;
   options.sim_memory_bytes = args_.sim_memory_bytes;
+  options.sim_link_gbps = args_.sim_link_gbps;
   options.faults = args_.faults;
   device_ = device::make_device(device::DeviceSpec::parse(args_.device), args_.enable_cpu_offload,
                                 options);
@@ -65,7 +69,10 @@ GenerateResult Omni::generate(const GenerationRequest& request,
   GenerateResult result;
   result.request = pipeline_->resolve(request);
   const auto start = std::chrono::steady_clock::now();
-  if (backend_) backend_->begin_request();
+  if (backend_) {
+    backend_->begin_request();
+    backend_->set_schedule(pipeline_->call_schedule(result.request));
+  }
   pipelines::RunContext context{device_->compute_device(), progress};
   try {
     torch::NoGradGuard no_grad;

@@ -27,6 +27,8 @@ std::string_view to_string(Residency residency) {
   switch (residency) {
     case Residency::host:
       return "host";
+    case Residency::partial:
+      return "partial";
     case Residency::device:
       return "device";
   }

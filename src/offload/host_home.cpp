@@ -17,38 +17,49 @@ std::size_t align_up(std::size_t n, std::size_t a) {
   return (n + a - 1) / a * a;
 }
 
-void collect(torch::nn::Module& module, const std::string& prefix,
+bool has_own_tensors(torch::nn::Module& module) {
+  return !module.named_parameters(/*recurse=*/false).is_empty() ||
+         !module.named_buffers(/*recurse=*/false).is_empty();
+}
+
+bool is_index(const std::string& name) {
+  return !name.empty() && name.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// Note [Block groups]
+// A component's tensors are grouped by the block they belong to, so that
+// offload can move a component block by block. A group is the shallowest
+// module on a tensor's path that has tensors of its own or is an element of
+// a list (blocks.7, encoder.block.23); modules with no tensors of their own
+// (a ModuleList, an encoder stack, an embedding container) are looked
+// through. The component's own tensors form the group "".
+void collect(torch::nn::Module& module, const std::string& prefix, const std::string* group,
              std::set<const c10::TensorImpl*>& seen, std::vector<TensorEntry>& out) {
+  const std::string own_group = group ? *group : "";
   for (const auto& p : module.named_parameters(/*recurse=*/false))
     if (seen.insert(p.value().unsafeGetTensorImpl()).second)
-      out.push_back({prefix + p.key(), p.value(), ""});
+      out.push_back({prefix + p.key(), p.value(), own_group});
   for (const auto& b : module.named_buffers(/*recurse=*/false))
     if (seen.insert(b.value().unsafeGetTensorImpl()).second)
-      out.push_back({prefix + b.key(), b.value(), ""});
-  for (const auto& child : module.named_children())
-    collect(*child.value(), prefix + child.key() + ".", seen, out);
+      out.push_back({prefix + b.key(), b.value(), own_group});
+  for (const auto& child : module.named_children()) {
+    const std::string path = prefix + child.key();
+    if (group && !group->empty()) {
+      collect(*child.value(), path + ".", group, seen, out);
+    } else if (has_own_tensors(*child.value()) || is_index(child.key())) {
+      collect(*child.value(), path + ".", &path, seen, out);
+    } else {
+      collect(*child.value(), path + ".", nullptr, seen, out);
+    }
+  }
 }
 }  // namespace
 
-// Groups follow blocks: each top-level child is a group, except containers
-// (ModuleList, Sequential: no tensors of their own), whose elements are.
 std::vector<TensorEntry> unique_tensors(torch::nn::Module& module) {
   std::set<const c10::TensorImpl*> seen;
   std::vector<TensorEntry> out;
-  collect(module, "", seen, out);
-  std::set<std::string> containers;
-  for (const auto& child : module.named_children())
-    if (child.value()->named_parameters(false).is_empty() &&
-        child.value()->named_buffers(false).is_empty() && !child.value()->children().empty())
-      containers.insert(child.key());
-  for (auto& e : out) {
-    const auto dot = e.name.find('.');
-    if (dot == std::string::npos) continue;  // the component's own tensors: group ""
-    const auto first = e.name.substr(0, dot);
-    const auto second = e.name.find('.', dot + 1);
-    e.group =
-        containers.count(first) && second != std::string::npos ? e.name.substr(0, second) : first;
-  }
+  const std::string root;
+  collect(module, "", &root, seen, out);
   return out;
 }
 
@@ -95,6 +106,12 @@ std::uint64_t HostRegion::pinned_bytes() const {
   std::uint64_t n = 0;
   for (const auto& piece : pieces_)
     if (piece.pinned) n += piece.end - piece.begin;
+  return n;
+}
+
+std::uint64_t HostHome::payload_bytes(std::size_t g) const {
+  std::uint64_t n = 0;
+  for (auto s : groups_.at(g).slots) n += slots_[s].bytes;
   return n;
 }
 

@@ -27,18 +27,23 @@ std::string OffloadReport::to_table() const {
   using device::format_bytes;
   std::ostringstream out;
   out << "offload report — device " << device << (stand_in ? " (simulated stand-in)" : "")
-      << ", strategy " << strategy << "\n";
+      << ", strategy " << strategy << (streaming ? " (streamed)" : "") << "\n";
   char line[256];
-  std::snprintf(line, sizeof line, "  %-16s %-9s %12s %8s %10s %9s  %-6s\n", "component", "role",
-                "bytes", "uploads", "upload s", "GB/s", "now");
+  std::snprintf(line, sizeof line, "  %-16s %-9s %12s %8s %10s %9s %10s %10s  %-7s\n", "component",
+                "role", "bytes", "uploads", "upload s", "GB/s", "exposed s", "hidden s", "now");
   out << line;
   for (const auto& c : components) {
-    std::snprintf(line, sizeof line, "  %-16s %-9s %12s %8llu %10.4f %9.2f  %-6s\n", c.name.c_str(),
-                  std::string(to_string(c.role)).c_str(), format_bytes(c.bytes).c_str(),
-                  static_cast<unsigned long long>(c.uploads), c.upload_seconds, c.gbps(),
+    std::snprintf(line, sizeof line, "  %-16s %-9s %12s %8llu %10.4f %9.2f %10.4f %10.4f  %-7s\n",
+                  c.name.c_str(), std::string(to_string(c.role)).c_str(),
+                  format_bytes(c.bytes).c_str(), static_cast<unsigned long long>(c.uploads),
+                  c.upload_seconds, c.gbps(), c.exposed_seconds, c.hidden_seconds(),
                   std::string(to_string(c.where)).c_str());
     out << line;
   }
+  std::snprintf(line, sizeof line,
+                "  transfer exposed to compute %.4f s, hidden behind it %.4f s\n",
+                exposed_transfer_seconds, hidden_transfer_seconds);
+  out << line;
   out << "  peak resident weights " << format_bytes(peak_resident_bytes) << " (planned "
       << format_bytes(planned_peak_bytes) << "; without offload "
       << format_bytes(planned_peak_without_offload_bytes) << ")\n";
@@ -53,6 +58,7 @@ nlohmann::json OffloadReport::to_json() const {
   j["device"] = device;
   j["simulated"] = stand_in;
   j["strategy"] = strategy;
+  j["streaming"] = streaming;
   j["peak_resident_bytes"] = peak_resident_bytes;
   j["planned_peak_bytes"] = planned_peak_bytes;
   j["planned_peak_without_offload_bytes"] = planned_peak_without_offload_bytes;
@@ -61,6 +67,8 @@ nlohmann::json OffloadReport::to_json() const {
   j["h2d_bytes"] = h2d_bytes;
   j["d2h_bytes"] = d2h_bytes;
   j["device_peak_allocated_bytes"] = device_peak_allocated_bytes;
+  j["exposed_transfer_seconds"] = exposed_transfer_seconds;
+  j["hidden_transfer_seconds"] = hidden_transfer_seconds;
   j["components"] = nlohmann::json::array();
   for (const auto& c : components)
     j["components"].push_back({{"name", c.name},
@@ -72,6 +80,8 @@ nlohmann::json OffloadReport::to_json() const {
                                {"upload_bytes", c.upload_bytes},
                                {"upload_seconds", c.upload_seconds},
                                {"gbps", c.gbps()},
+                               {"exposed_transfer_seconds", c.exposed_seconds},
+                               {"hidden_transfer_seconds", c.hidden_seconds()},
                                {"where", to_string(c.where)}});
   j["transfers"] = nlohmann::json::array();
   for (const auto& t : transfers)

@@ -45,13 +45,33 @@ GenerationRequest WanPipeline::resolve(const GenerationRequest& in) const {
   return resolve_video_request(in, defaults_, transformer->config(), vae->config(), two_experts);
 }
 
+std::vector<std::string> WanPipeline::call_schedule(const GenerationRequest& r) const {
+  const bool cfg = r.guidance_scale.value_or(1.0) > 1.0;
+  const int forwards = cfg ? 2 : 1;
+  std::vector<std::string> calls(forwards, "text_encoder");
+  auto scheduler = make_scheduler();
+  scheduler->set_timesteps(r.steps.value_or(1));
+  const auto timesteps = scheduler->timesteps();
+  for (std::int64_t i = 0; i < timesteps.size(0); ++i) {
+    const char* expert =
+        expert_for(timesteps[i].item<double>()) == 0 ? "transformer" : "transformer_2";
+    calls.insert(calls.end(), forwards, expert);
+  }
+  calls.push_back("vae");
+  return calls;
+}
+
 torch::Tensor WanPipeline::encode_prompt(const std::vector<std::string>& prompts,
                                          torch::Device device) {
   OMNI_CHECK(has_text_encoder() && tokenizer_, ConfigError,
              "this WanPipeline has no text_encoder/tokenizer; pass prompt embeddings instead");
   const auto tokens = tokenize_prompts(*tokenizer_, prompts, max_sequence_length_);
-  const auto ids = tokens.input_ids.to(device);
-  const auto mask = tokens.attention_mask.to(device);
+  // From page-locked memory without a host sync on a real device.
+  const auto upload = [&](const torch::Tensor& t) {
+    return device.is_cpu() ? t : t.pin_memory().to(device, /*non_blocking=*/true);
+  };
+  const auto ids = upload(tokens.input_ids);
+  const auto mask = upload(tokens.attention_mask);
   auto hidden = text_encoder(ids, mask);  // runs the encoder's hooks
   // Trim to each prompt's real length and pad with zeros: the same as zeroing
   // every position the mask leaves out.

@@ -190,6 +190,15 @@ class WanShapedPipeline final : public Pipeline {
     return r;
   }
 
+  std::vector<std::string> call_schedule(const GenerationRequest& r) const override {
+    std::vector<std::string> calls = {"text_encoder", "text_encoder"};
+    for (int i = 0; i < *r.steps; ++i)
+      calls.insert(calls.end(), 2,
+                   high_noise(sigma(i, *r.steps)) ? "transformer" : "transformer_2");
+    calls.push_back("vae");
+    return calls;
+  }
+
   GenerationOutput run(const GenerationRequest& r, const RunContext& ctx) override {
     const auto dev = ctx.compute;
     auto encode = [&](const std::string& text) {
@@ -205,22 +214,16 @@ class WanShapedPipeline final : public Pipeline {
                        .to(dev);
     // Flow-matching Euler with a shifted sigma schedule.
     const int n = *r.steps;
-    std::vector<double> sigmas;
-    for (int i = 0; i <= n; ++i) {
-      const double s = 1.0 - static_cast<double>(i) / n;
-      sigmas.push_back(config_.shift * s / (1 + (config_.shift - 1) * s));
-    }
-    const double boundary = config_.boundary_ratio * 1000.0;
     for (int i = 0; i < n; ++i) {
-      const double t = sigmas[i] * 1000.0;
-      const bool high = t >= boundary;
+      const double t = sigma(i, n) * 1000.0;
+      const bool high = high_noise(sigma(i, n));
       auto& expert = high ? transformer : transformer_2;
       const double g = high ? *r.guidance_scale : *r.guidance_scale_2;
       auto tt = torch::full({1}, t, torch::TensorOptions().dtype(torch::kFloat32).device(dev));
       auto v_cond = expert(latents, tt, cond);
       auto v_uncond = expert(latents, tt, uncond);
       auto v = v_uncond + g * (v_cond - v_uncond);
-      latents = latents + (sigmas[i + 1] - sigmas[i]) * v;
+      latents = latents + (sigma(i + 1, n) - sigma(i, n)) * v;
       if (ctx.progress) ctx.progress(i + 1, n);
     }
     auto video = vae->decode(latents);  // [1, 3, F, H, W]
@@ -237,6 +240,13 @@ class WanShapedPipeline final : public Pipeline {
   Vae vae{nullptr};
 
  private:
+  // The shifted sigma of step i of n (step n: 0).
+  double sigma(int i, int n) const {
+    const double s = 1.0 - static_cast<double>(i) / n;
+    return config_.shift * s / (1 + (config_.shift - 1) * s);
+  }
+  bool high_noise(double sigma) const { return sigma * 1000.0 >= config_.boundary_ratio * 1000.0; }
+
   WanShapedConfig config_;
 };
 

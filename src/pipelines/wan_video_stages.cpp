@@ -108,13 +108,17 @@ DenoiseResult run_denoise_loop(schedulers::Scheduler& scheduler, torch::Tensor l
   scheduler.set_begin_index(first_step);
   const auto timesteps = scheduler.timesteps();
   const int total = static_cast<int>(timesteps.size(0));
+  // Every step's timestep goes to the device once, before the loop, from
+  // page-locked memory: a copy per step from pageable memory would make the
+  // host wait for the device at every step.
+  const auto on_device =
+      device.is_cpu() ? timesteps : timesteps.pin_memory().to(device, /*non_blocking=*/true);
   for (int i = first_step; i < total; ++i) {
-    const auto t = timesteps[i];
-    const double t_value = t.item<double>();
+    const double t_value = timesteps[i].item<double>();
     DenoiseStep step;
     step.index = i;
     step.total = total;
-    step.timestep = t.expand({batch}).to(device);
+    step.timestep = on_device[i].expand({batch});
     step.latents_in = latents;
     predict(step, t_value);
     if (step.noise_pred_uncond.defined()) {

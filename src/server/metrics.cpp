@@ -24,6 +24,7 @@ OffloadFigures OffloadFigures::from_report(const offload::OffloadReport& report)
     up.bytes = c.upload_bytes;
     up.seconds = c.upload_seconds;
     up.count = c.uploads;
+    up.exposed_seconds = c.exposed_seconds;
     f.flows[{c.name, std::string(offload::to_string(offload::Direction::d2h))}];
   }
   for (const auto& t : report.transfers) {
@@ -181,6 +182,19 @@ std::string Metrics::render(const QueueGauges& queue) const {
   for (const auto& [key, flow] : o.flows)
     w.sample("omni_offload_transfer_seconds_total",
              {{"component", key.first}, {"direction", key.second}}, flow.seconds);
+  // Note [Exposed and hidden transfer]: the split of the seconds above.
+  w.family("omni_offload_exposed_transfer_seconds_total", "counter",
+           "Of the transfer seconds, those compute waited for, per component.");
+  for (const auto& [key, flow] : o.flows)
+    if (key.second == "h2d")
+      w.sample("omni_offload_exposed_transfer_seconds_total", {{"component", key.first}},
+               flow.exposed_seconds);
+  w.family("omni_offload_hidden_transfer_seconds_total", "counter",
+           "Of the transfer seconds, those that ran beside compute, per component.");
+  for (const auto& [key, flow] : o.flows)
+    if (key.second == "h2d")
+      w.sample("omni_offload_hidden_transfer_seconds_total", {{"component", key.first}},
+               std::max(0.0, flow.seconds - flow.exposed_seconds));
   w.family("omni_offload_transfers_total", "counter",
            "Transfers per component and direction since load.");
   for (const auto& [key, flow] : o.flows)

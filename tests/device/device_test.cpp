@@ -95,8 +95,40 @@ TEST(SimDevice, CopiesLandInTheBuffer) {
   auto buffer = sim->allocate(16);
   std::vector<std::uint8_t> src(8, 7);
   sim->copy_to_device(buffer, 8, src.data(), 8, true);
+  sim->wait_for(sim->fence_uploads());
   EXPECT_EQ(buffer[8].item<int>(), 7);
   EXPECT_EQ(buffer[15].item<int>(), 7);
+}
+
+// Note [The sim link]: copies run on the link's thread, in order, each taking
+// at least bytes / speed; compute (this thread) waits only when it asks to.
+TEST(SimDevice, LinkCopiesAsynchronouslyAtItsSpeed) {
+  DeviceOptions options;
+  options.sim_link_gbps = 0.5;  // 20 MB: at least 40 ms
+  auto sim = make_device(DeviceSpec::parse("sim"), true, options);
+  const std::size_t bytes = 20'000'000;
+  std::vector<std::uint8_t> src(bytes, 3);
+  auto buffer = sim->allocate(bytes);
+  buffer.zero_();
+  auto timer = sim->start_transfer_timer();
+  sim->copy_to_device(buffer, 0, src.data(), bytes, true);
+  timer->stop();
+  auto fence = sim->fence_uploads();
+  EXPECT_FALSE(fence->done()) << "copy_to_device returned before the link finished";
+  auto waited = sim->wait_for(fence);
+  EXPECT_TRUE(fence->done());
+  EXPECT_EQ(buffer[bytes - 1].item<int>(), 3);
+  EXPECT_GE(timer->seconds(), 0.04) << "paced at 0.5 GB/s";
+  EXPECT_GT(waited->seconds(), 0.0) << "compute waited for the copy: exposed";
+  // A fence already passed costs compute nothing.
+  EXPECT_EQ(sim->wait_for(fence)->seconds() < 0.01, true);
+  // A copy keeps its destination alive: dropping the buffer at once is safe.
+  auto other = sim->allocate(bytes);
+  sim->copy_to_device(other, 0, src.data(), bytes, true);
+  other = torch::Tensor();
+  sim->synchronize();
+  EXPECT_EQ(sim->memory_stats().allocated_bytes, bytes)
+      << "the second buffer was freed after its copy";
 }
 
 TEST(Placeholder, AnyComputationFailsLoudlyButShapeRemains) {

@@ -70,7 +70,7 @@ TEST_F(CudaDevice, ComputeWaitsForPublishedUploads) {
   device_->synchronize();  // the zeros land before the copy starts
 
   device_->copy_to_device(buffer, 0, host.data_ptr(), static_cast<std::size_t>(bytes), true);
-  device_->publish_uploads();
+  device_->wait_for(device_->fence_uploads());
   // Enqueued on the compute stream right away; correct only if it waited.
   EXPECT_TRUE(torch::equal(buffer.narrow(0, bytes - tail, tail), expected_tail));
   EXPECT_TRUE(torch::equal(buffer.cpu(), host));

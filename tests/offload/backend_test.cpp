@@ -38,12 +38,14 @@ std::size_t hook_count(toy::ToyPipeline& p) {
   return n;
 }
 
-EngineArgs example_args(bool offload) {
+// `streaming` off: the seed's strict whole-component swaps.
+EngineArgs example_args(bool offload, bool streaming = true) {
   EngineArgs args;
   args.model = "example:wan-shaped";
   args.enable_cpu_offload = offload;
   args.device = "sim";
   args.offload.quiet = true;
+  args.offload.streaming = streaming;
   return args;
 }
 
@@ -62,7 +64,7 @@ GenerationRequest request(std::uint64_t seed = 3) {
 }  // namespace
 
 TEST(ModelLevelOffload, WanShapedResidencySequenceOverTwoRequests) {
-  Omni omni(example_args(true));
+  Omni omni(example_args(true, /*streaming=*/false));
   auto* backend = omni.backend();
   ASSERT_NE(backend, nullptr);
   EXPECT_EQ(backend->strategy(), "model-level");

@@ -78,7 +78,7 @@ class ToyPipeline : public omni::nn::Module {
 inline omni::offload::ComponentSpec spec(std::vector<std::string> dits,
                                          std::vector<std::string> encoders,
                                          std::vector<std::string> vaes = {"vae"},
-                                         std::vector<std::string> residents = {}) {
+                                         std::vector<std::string> residents = {"group.inner"}) {
   return {dits, encoders, vaes, residents};
 }
 

@@ -80,8 +80,43 @@ TEST_F(WanPipelineTest, RegisteredUnderItsClassName) {
   EXPECT_EQ(*pipe->boundary_timestep(), 875.0);
 }
 
+// Streaming on the real architecture (Note [Streaming model-level offload]):
+// UMT5 and Wan blocks stream through their own hooks, the experts roll block
+// by block in a device that holds one expert and 2 blocks more, over a paced
+// sim link, and the frames are bitwise those of a run without offload.
+TEST_F(WanPipelineTest, StreamedOffloadKeepsTheFramesWithinPlannedPlusTwoBlocks) {
+  std::uint64_t capacity = 0;
+  {
+    Omni probe(engine_args(two_expert_dir(), true));
+    capacity = probe.backend()->planned_peak_bytes() + 2 * probe.backend()->largest_group_bytes();
+  }
+  auto args = engine_args(two_expert_dir(), true);
+  args.sim_memory_bytes = capacity;
+  args.sim_link_gbps = 1.0;
+  Omni with(args);
+  Omni without(engine_args(two_expert_dir(), false));
+  const_cast<offload::ResidencyLedger&>(with.backend()->ledger()).clear_log();
+  const auto a = with.generate(request());
+  EXPECT_TRUE(torch::equal(a.frames, without.generate(request()).frames));
+  const auto log = with.backend()->ledger().log();
+  const auto at = [&](const ResidencyEvent& e) {
+    return std::find(log.begin(), log.end(), e) - log.begin();
+  };
+  EXPECT_LT(at({"transformer_2", Residency::partial}), at({"transformer", Residency::host}))
+      << "the low-noise expert streamed in while the high-noise one left";
+  EXPECT_LE(a.report.peak_resident_bytes, capacity);
+  EXPECT_EQ(a.report.d2h_bytes, 0u);
+  EXPECT_TRUE(a.report.streaming);
+  EXPECT_GT(a.report.hidden_transfer_seconds + a.report.exposed_transfer_seconds, 0.0);
+  // The same again: streaming leaves nothing behind that changes a request.
+  EXPECT_TRUE(torch::equal(with.generate(request()).frames, a.frames));
+}
+
+// The seed's strict model-level offload (--offload-streaming off).
 TEST_F(WanPipelineTest, SameSeedBitwiseIdenticalWithAndWithoutOffload) {
-  Omni with(engine_args(two_expert_dir(), true));
+  auto strict = engine_args(two_expert_dir(), true);
+  strict.offload.streaming = false;
+  Omni with(strict);
   Omni without(engine_args(two_expert_dir(), false));
   ASSERT_NE(with.backend(), nullptr);
   EXPECT_EQ(with.backend()->strategy(), "model-level");
@@ -128,7 +163,9 @@ TEST_F(WanPipelineTest, SameSeedBitwiseIdenticalWithAndWithoutOffload) {
 }
 
 TEST_F(WanPipelineTest, SingleExpertModelRunsTransformerAlone) {
-  Omni with(engine_args(single_expert_dir(), true));
+  auto strict = engine_args(single_expert_dir(), true);
+  strict.offload.streaming = false;
+  Omni with(strict);
   Omni without(engine_args(single_expert_dir(), false));
   auto& pipe = dynamic_cast<WanPipeline&>(with.pipeline());
   EXPECT_FALSE(pipe.has_transformer_2());

@@ -4,7 +4,9 @@
 //   auto device = omni::device::make_device(omni::device::DeviceSpec::parse("sim"), options);
 //   auto buffer = device->allocate(bytes);                  // device memory for weights
 //   device->copy_to_device(buffer, 0, host_ptr, bytes, pinned); // async on the transfer stream
-//   device->publish_uploads();                              // compute waits on an event
+//   auto fence = device->fence_uploads();                   // a point after that copy
+//   auto waited = device->wait_for(fence);                  // compute waits on it (an event)
+//   waited->seconds();                                      // how long compute waited: exposed
 //
 // Kinds:
 //   cuda[:N]  the real thing (OMNI_WITH_CUDA builds only).
@@ -48,6 +50,9 @@ struct FaultInjection {
 struct DeviceOptions {
   // Capacity of the sim device in bytes (weights only). Default 64 GiB.
   std::uint64_t sim_memory_bytes = 64ull << 30;
+  // Speed of the sim device's host→device link in GB/s (Note [The sim link]);
+  // 0: as fast as the host's memcpy.
+  double sim_link_gbps = 0;
   FaultInjection faults;
 };
 
@@ -57,14 +62,30 @@ struct MemoryStats {
   std::uint64_t capacity_bytes = 0;  // 0 when unknown
 };
 
-// A timed transfer; seconds() may wait for the copy to finish.
-class TransferTimer {
+// A duration measured on the device; seconds() may wait until it is known.
+class DeviceDuration {
  public:
-  virtual ~TransferTimer() = default;
+  virtual ~DeviceDuration() = default;
+  virtual double seconds() = 0;
+};
+
+// A timed transfer: the time the link spent on the copies enqueued between
+// start_transfer_timer() and stop(); seconds() may wait for them to finish.
+class TransferTimer : public DeviceDuration {
+ public:
   // Marks the end of the timed transfers (after they were enqueued).
   virtual void stop() = 0;
-  // Elapsed transfer time; may wait for the copies to finish.
-  virtual double seconds() = 0;
+};
+
+// A point on the transfer stream, after every copy enqueued before it was
+// made. It may outlive the call that made it but not the device.
+class UploadFence {
+ public:
+  virtual ~UploadFence() = default;
+  // True once every copy before the fence has completed. Never blocks.
+  virtual bool done() = 0;
+  // Blocks the calling host thread until done().
+  virtual void synchronize() = 0;
 };
 
 class Device {
@@ -91,12 +112,20 @@ class Device {
   virtual torch::Tensor allocate(std::size_t bytes) = 0;
 
   // Enqueues a host→device copy into buffer[offset, offset+bytes) on the
-  // transfer stream. `src_pinned` says whether src lies in page-locked memory
-  // (only then is the copy asynchronous). The host memory must stay valid
-  // until the copy completes: homes are immutable and live as long as the
-  // backend, which is what makes this safe.
+  // transfer stream and returns at once. `src_pinned` says whether src lies
+  // in page-locked memory. The caller keeps the source and the buffer alive
+  // until a fence made after the copy is done (offload::Mover does that).
   virtual void copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src,
                               std::size_t bytes, bool src_pinned) = 0;
+
+  // A fence after every copy enqueued so far. Host thread.
+  virtual std::shared_ptr<UploadFence> fence_uploads() = 0;
+
+  // Makes compute wait for `fence` (cuda: the compute stream waits on its
+  // event and the host goes on; sim: the calling thread, which is where sim
+  // computes, blocks). Returns how long compute waited: the transfer time
+  // exposed to compute. Host thread.
+  virtual std::unique_ptr<DeviceDuration> wait_for(const std::shared_ptr<UploadFence>& fence) = 0;
 
   // Blocking device→host copy of buffer[offset, offset+bytes) into `dst`
   // (pageable or page-locked); returns once `dst` holds the bytes. Weights
@@ -112,10 +141,6 @@ class Device {
 
   // Starts timing transfers enqueued from now on, until timer->stop().
   virtual std::unique_ptr<TransferTimer> start_transfer_timer() = 0;
-
-  // Makes the compute stream wait (on the device, via an event) for every
-  // copy enqueued so far. Does not block the host.
-  virtual void publish_uploads() = 0;
 
   // Marks a buffer that compute used so its memory is not reused before that
   // compute finished (record_stream); then the caller drops its reference.

@@ -9,7 +9,8 @@
 //   handle.remove();                 // or let it go out of scope
 //
 // Hooks run on the calling thread, in registration order, before forward.
-// An exception from a hook propagates out of the call and forward is not run.
+// An exception from a hook propagates out of the call and forward is not run
+// (nor the exit hooks). Exit hooks run when the call ends, even by an exception.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -25,10 +26,14 @@ namespace omni::nn {
 
 class Module;
 using ForwardPreHook = std::function<void(Module&)>;
+// Runs when a forward (or ForwardScope) that ran the pre-hooks ends, normally
+// or by an exception. Must not throw.
+using ForwardExitHook = std::function<void(Module&)>;
 
 namespace detail {
 struct HookTable {
   std::map<std::uint64_t, ForwardPreHook> hooks;  // ordered by registration id
+  std::map<std::uint64_t, ForwardExitHook> exit_hooks;
   std::uint64_t next_id = 0;
 };
 }  // namespace detail
@@ -72,12 +77,16 @@ class Module : public torch::nn::Module {
   // Registers a hook that runs before every forward call made through a
   // holder (or a ForwardScope). The hook stays until the handle is removed.
   [[nodiscard]] HookHandle register_forward_pre_hook(ForwardPreHook hook);
+  // Registers a hook that runs when such a call ends (ForwardExitHook).
+  [[nodiscard]] HookHandle register_forward_exit_hook(ForwardExitHook hook);
 
   std::size_t num_forward_pre_hooks() const { return hooks_->hooks.size(); }
 
   // Runs the registered hooks in order. Called by ModuleHolder::operator()
   // and ForwardScope; models rarely call it directly.
   void run_forward_pre_hooks();
+  // Runs the exit hooks, in reverse order of registration. Never throws.
+  void run_forward_exit_hooks() noexcept;
 
  private:
   std::shared_ptr<detail::HookTable> hooks_ = std::make_shared<detail::HookTable>();
@@ -93,8 +102,15 @@ class ModuleHolder : public torch::nn::ModuleHolder<Impl> {
   template <typename... Args>
   decltype(auto) operator()(Args&&... args) {
     this->get()->run_forward_pre_hooks();
+    Exit exit{*this->get()};
     return this->get()->forward(std::forward<Args>(args)...);
   }
+
+ private:
+  struct Exit {
+    Module& module;
+    ~Exit() { module.run_forward_exit_hooks(); }
+  };
 };
 
 // RAII guard for entry points that are not forward (a VAE's decode, an
@@ -102,12 +118,15 @@ class ModuleHolder : public torch::nn::ModuleHolder<Impl> {
 // same residency guarantee holds (design.md §2 rule 9).
 class ForwardScope {
  public:
-  explicit ForwardScope(Module& module) { module.run_forward_pre_hooks(); }
+  explicit ForwardScope(Module& module) : module_(module) { module.run_forward_pre_hooks(); }
   ForwardScope(const ForwardScope&) = delete;
   ForwardScope& operator=(const ForwardScope&) = delete;
   ForwardScope(ForwardScope&&) = delete;
   ForwardScope& operator=(ForwardScope&&) = delete;
-  ~ForwardScope() = default;
+  ~ForwardScope() { module_.run_forward_exit_hooks(); }
+
+ private:
+  Module& module_;
 };
 
 }  // namespace omni::nn

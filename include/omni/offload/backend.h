@@ -16,6 +16,25 @@
 // AllResidentBackend (offload off on a real or sim device): every component
 // is uploaded once at enable and stays.
 //
+// Note [Streaming model-level offload]
+// With OffloadOptions::streaming (the default of --enable-cpu-offload), the
+// model-level rules and peak stay, and the swaps are hidden behind compute:
+// - Phase entry streams: a component's groups are enqueued in execution
+//   order, and each block's pre-forward hook waits only for its own block,
+//   so the first forward starts when its first block has landed. Groups
+//   whose modules carry no hooks (plain torch layers) are enqueued first and
+//   waited for at the component's entry.
+// - The pipeline hands the backend its calls (set_schedule). At a
+//   component's last call before the next swappable component N:
+//   components N's activation would evict anyway leave now; N is prefetched
+//   whole if the device (capacity minus the reserve) holds it beside what
+//   stays; else, if N must replace the running component, the two roll:
+//   each of the running component's hooked groups leaves after its last use
+//   and N's groups arrive into the space, never above the model-level
+//   planned peak + 2 × the largest group.
+// - In flight, N is the ledger's `incoming` component (Note [Components in
+//   flight]); it becomes the running one at its first call.
+//
 // Threading: a backend, its pipeline and its device are driven by one thread
 // at a time (the engine's worker). Hooks run on the thread calling forward.
 #pragma once
@@ -29,6 +48,8 @@
 #include "omni/offload/components.h"
 #include "omni/offload/host_home.h"
 #include "omni/offload/ledger.h"
+#include "omni/offload/mover.h"
+#include "omni/offload/recorder.h"
 #include "omni/offload/report.h"
 #include "omni/offload/split_model.h"
 
@@ -44,6 +65,14 @@ struct OffloadOptions {
   // Explicit sub-component selection handed to split models
   // (SupportsModelCpuOffload); empty means all.
   std::vector<std::string> split_components;
+  // Note [Streaming model-level offload]. Off: whole-component swaps, the
+  // seed's strict behaviour (--offload-streaming off).
+  bool streaming = true;
+  // Device bytes kept free of weights when deciding whether the next phase's
+  // component fits beside the running one (activations, other programs).
+  // nullopt: 0 on sim (its capacity counts weights only), on cuda a fifth of
+  // the card and at least 4 GiB.
+  std::optional<std::uint64_t> reserve_bytes;
 };
 
 class OffloadBackend : public SplitOffloadHost {
@@ -57,16 +86,27 @@ class OffloadBackend : public SplitOffloadHost {
   // strategy needs. All-or-nothing: on failure every hook is removed and
   // every tensor is back where it was, then the error propagates. Calling it
   // again on the same root is a no-op; on another root it is a ConfigError.
+  // ConfigError too for a tensor of the root that no component claims (it
+  // would stay on the host) or that two components share (homed twice).
   void enable(torch::nn::Module& root, const ComponentSpec& spec);
 
-  // Removes every hook. Components that are on the device stay there;
-  // offloaded ones are left pointing at their host homes (ordinary host
-  // tensors, valid for as long as the parameters reference them). The VAE
-  // and resident modules stay on the device. Idempotent; never throws.
+  // Removes every hook. Components that are on the device stay there
+  // (partly streamed ones are completed first); offloaded ones are left
+  // pointing at their host homes (ordinary host tensors, valid for as long
+  // as the parameters reference them). The VAE and resident modules stay on
+  // the device. Waits for copies in flight. Idempotent; never throws.
   void disable() noexcept;
 
   bool enabled() const { return enabled_; }
   virtual std::string strategy() const = 0;
+
+  // The component calls the running request will make, in order (component
+  // names, VAE included, one per forward), and those of requests queued
+  // behind it: streaming reads ahead in it (Note [Streaming model-level
+  // offload]). A call that does not match it drops the rest, which is always
+  // safe. Host thread, between or during requests.
+  void set_schedule(std::vector<std::string> calls);
+  void append_schedule(const std::vector<std::string>& calls);
 
   // Per-request accounting: begin_request() resets the per-request counters;
   // end_request() returns the report of everything since (waiting for the
@@ -78,10 +118,18 @@ class OffloadBackend : public SplitOffloadHost {
 
   const ResidencyLedger& ledger() const { return ledger_; }
   device::Device& device() { return device_; }
+  // The plan: max(encoders, largest DiT) + statics, and the largest block group.
+  std::uint64_t planned_peak_bytes() const { return planned_peak_; }
+  std::uint64_t largest_group_bytes() const { return largest_group_bytes_; }
 
   // Makes component `name` resident, applying the strategy's exclusion
-  // first (what the pre-forward hooks and offload contexts call).
+  // first (what the pre-forward hooks and offload contexts call). A
+  // ResidencyViolation, naming both, when it would evict a component whose
+  // forward is still running (a hooked module called inside another).
   void activate(std::string_view name) override;
+  // OffloadContext's scope: activate, and mark `name` running until it ends.
+  void enter_context(std::string_view name) override;
+  void leave_context(std::string_view name) noexcept override;
 
   // SplitOffloadHost: see split_model.h. Only during enable() of a
   // pipeline that implements SupportsModelCpuOffload.
@@ -93,10 +141,15 @@ class OffloadBackend : public SplitOffloadHost {
     ResolvedComponent resolved;
     std::size_t ledger_index = 0;
     std::uint64_t bytes = 0;
-    std::unique_ptr<HostHome> home;      // swappable components only
-    std::vector<torch::Tensor> buffers;  // device buffers while resident
+    std::unique_ptr<HostHome> home;     // swappable components only (after enable)
+    std::vector<ResidentGroup> groups;  // one per home group
+    // Upload order: the groups waited for at entry (no module of their own
+    // to hook), then the hooked ones in execution order.
+    std::vector<std::size_t> order;
+    std::size_t entry_groups = 0;  // the first entry_groups of `order`
+    bool streams = false;          // its groups' hooks are installed
     std::vector<nn::HookHandle> hooks;
-    ComponentReport stats;
+    std::optional<std::size_t> transfer;  // the recorder's record this phase's copies add to
   };
 
   virtual bool exclusive() const = 0;
@@ -104,6 +157,7 @@ class OffloadBackend : public SplitOffloadHost {
   // Strategy-specific part of enable after homes exist (upload statics, hooks).
   virtual void install(std::vector<Component>& components) = 0;
 
+  // Uploads every group of `c` not on the device and waits for all of them.
   void upload(Component& c);
   void offload(Component& c, bool teardown = false);
   Component& component(std::string_view name);
@@ -114,14 +168,37 @@ class OffloadBackend : public SplitOffloadHost {
   OffloadOptions options_;
 
  private:
+  std::size_t index_of(const Component& c) const { return &c - components_.data(); }
   // Adds components: homes built, tensors pointed at placeholders (the
   // originals remembered for rollback). Nothing uploaded, no hooks.
   void adopt(const std::vector<ResolvedComponent>& resolved);
+  static void check_claims(torch::nn::Module& root, const std::vector<ResolvedComponent>& resolved);
+  void plan_groups(Component& c);
   void drop_static_homes();
   void rollback() noexcept;
   OffloadReport build_report(bool per_request);
-  void resolve_timings();
 
+  // Streaming (Note [Streaming model-level offload]).
+  bool conflicts(Role target, Role other) const;
+  void enter(std::size_t index);
+  void leave(std::size_t index) noexcept;
+  void enter_group(std::size_t index, std::size_t group);
+  void make_resident(std::size_t index, bool wait_all);
+  void upload_group(Component& c, std::size_t group, bool account = true);
+  void release_group(Component& c, std::size_t group, bool teardown = false, bool account = true);
+  // Uploads those of `groups` not on the device; all-or-nothing. Returns them.
+  std::vector<std::size_t> upload_groups(Component& c, const std::vector<std::size_t>& groups,
+                                         bool account = true);
+  void went_home(Component& c);
+  void wait_group(Component& c, std::size_t group);
+  void plan_ahead(std::size_t index);
+  void roll(std::size_t from, std::size_t position);
+  std::optional<std::size_t> next_call_after_current(std::size_t index) const;
+  std::uint64_t missing_bytes(const Component& c) const;
+  std::uint64_t prefetch_budget() const;
+
+  Mover mover_;
+  OffloadRecorder recorder_;
   SupportsModelCpuOffload* delegate_ = nullptr;
   bool registering_ = false;
   bool enabled_ = false;
@@ -131,19 +208,20 @@ class OffloadBackend : public SplitOffloadHost {
   std::vector<Component> components_;
   std::uint64_t planned_peak_ = 0;
   std::uint64_t planned_peak_without_offload_ = 0;
+  std::uint64_t largest_group_bytes_ = 0;
   bool pin_refused_ = false;
   int hooks_installed_ = 0;
 
-  // Transfers of the running request (timings resolved lazily, see
-  // resolve_timings; the first `timed_transfers_` are counted in the
-  // components' upload_seconds) and the bytes of all earlier ones.
-  std::vector<Transfer> transfers_;
-  std::vector<std::pair<std::size_t, std::unique_ptr<device::TransferTimer>>> pending_;
-  std::size_t timed_transfers_ = 0;
-  std::uint64_t earlier_h2d_bytes_ = 0;
-  std::uint64_t earlier_d2h_bytes_ = 0;
-  std::vector<ComponentReport> request_start_stats_;
-  std::uint64_t request_peak_ = 0;
+  std::vector<std::string> schedule_;
+  std::size_t cursor_ = 0;            // the next call of schedule_
+  std::vector<std::size_t> running_;  // components whose forward is running, innermost last
+  // A rolling swap in progress: `from`'s groups leave after their last use
+  // in its final call and `to`'s arrive into the space (Note [Streaming…]).
+  struct Rolling {
+    std::size_t from, to;
+    std::size_t next_to = 0;  // position in to's upload order of the next group to upload
+  };
+  std::optional<Rolling> rolling_;
 };
 
 class ModelLevelOffloadBackend final : public OffloadBackend {

@@ -17,8 +17,9 @@ namespace omni::offload {
 enum class Role { dit, encoder, vae, resident, split };
 std::string_view to_string(Role role);
 
-// Where a component's weights are right now.
-enum class Residency { host, device };
+// Where a component's weights are right now: `partial` while its block
+// groups stream in or out (some on the device, the rest at home).
+enum class Residency { host, partial, device };
 std::string_view to_string(Residency residency);
 
 // Dotted paths into the pipeline's module tree, per role.

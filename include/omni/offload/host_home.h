@@ -87,6 +87,10 @@ class HostHome {
   const std::vector<TensorSlot>& slots() const { return slots_; }
   const std::vector<TensorGroup>& groups() const { return groups_; }
   const HostRegion& region() const { return *region_; }
+  // The region, for keeping it alive past the home (Note [Lifetimes of copies in flight]).
+  std::shared_ptr<const HostRegion> region_ptr() const { return region_; }
+  // Bytes of the tensors of group `g` (its range less alignment padding).
+  std::uint64_t payload_bytes(std::size_t g) const;
   std::uint64_t bytes() const { return payload_bytes_; }
   std::uint64_t pinned_bytes() const { return region_->pinned_bytes(); }
   std::uint64_t pageable_bytes() const { return region_->size() - region_->pinned_bytes(); }

@@ -1,9 +1,17 @@
 // OffloadReport: what moved, when, how fast, and what it cost in memory
 // (design.md §2 rule 8). Printable as a table and as JSON.
+//
+// Note [Exposed and hidden transfer]
+// A component's upload seconds are the time the link spent on its copies.
+// The part compute waited for (a block whose copy had not landed when the
+// block was about to run) is exposed: it adds to the request's time. The
+// rest ran beside compute and is hidden. Whole-component swaps expose all of
+// it; streaming (backend.h) hides what the blocks' compute covers.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,17 +40,22 @@ struct ComponentReport {
   std::uint64_t offloads = 0;
   double upload_seconds = 0;
   std::uint64_t upload_bytes = 0;
+  // Note [Exposed and hidden transfer]: of upload_seconds, how long compute
+  // waited for this component's copies; the rest ran beside compute.
+  double exposed_seconds = 0;
   Residency where = Residency::host;
   bool swappable = false;
   double gbps() const {
     return upload_seconds > 0 ? static_cast<double>(upload_bytes) / upload_seconds / 1e9 : 0;
   }
+  double hidden_seconds() const { return std::max(0.0, upload_seconds - exposed_seconds); }
 };
 
 struct OffloadReport {
   std::string device;
-  bool stand_in = false;  // figures come from the sim device
-  std::string strategy;   // "model-level", "all-resident", "none"
+  bool stand_in = false;   // figures come from the sim device
+  std::string strategy;    // "model-level", "all-resident", "none"
+  bool streaming = false;  // model-level with Note [Streaming model-level offload]
   std::uint64_t peak_resident_bytes = 0;
   std::uint64_t planned_peak_bytes = 0;  // with the strategy in use
   std::uint64_t planned_peak_without_offload_bytes = 0;
@@ -51,6 +64,8 @@ struct OffloadReport {
   std::uint64_t h2d_bytes = 0;
   std::uint64_t d2h_bytes = 0;
   std::uint64_t device_peak_allocated_bytes = 0;  // from the device's own statistics
+  double exposed_transfer_seconds = 0;            // Note [Exposed and hidden transfer]
+  double hidden_transfer_seconds = 0;
   std::vector<ComponentReport> components;
   std::vector<Transfer> transfers;
 

@@ -49,6 +49,11 @@ class SplitOffloadHost {
   // Makes `name` the resident sub-component, offloading the active one.
   // Nothing moves when it already is. ConfigError listing the known names.
   virtual void activate(std::string_view name) = 0;
+  // OffloadContext's entry and exit: activate(name) and mark it running for
+  // the scope, so that a context entered inside it that would evict it is a
+  // ResidencyViolation. The exit never throws; the component stays resident.
+  virtual void enter_context(std::string_view name) { activate(name); }
+  virtual void leave_context(std::string_view name) noexcept {}
 };
 
 struct ModelCpuOffloadOptions {
@@ -74,14 +79,20 @@ class SupportsModelCpuOffload {
 // makes it a no-op. Not copyable, not movable.
 class OffloadContext {
  public:
-  OffloadContext(SplitOffloadHost* host, std::string_view name) {
-    if (host) host->activate(name);
+  OffloadContext(SplitOffloadHost* host, std::string_view name) : host_(host), name_(name) {
+    if (host_) host_->enter_context(name_);
   }
   OffloadContext(const OffloadContext&) = delete;
   OffloadContext& operator=(const OffloadContext&) = delete;
   OffloadContext(OffloadContext&&) = delete;
   OffloadContext& operator=(OffloadContext&&) = delete;
-  ~OffloadContext() = default;
+  ~OffloadContext() {
+    if (host_) host_->leave_context(name_);
+  }
+
+ private:
+  SplitOffloadHost* host_;
+  std::string name_;
 };
 
 }  // namespace omni::offload

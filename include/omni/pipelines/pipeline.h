@@ -52,6 +52,13 @@ class Pipeline : public nn::Module {
   // Runs a resolved request. Components are called through their holders so
   // offload hooks see every phase boundary.
   virtual GenerationOutput run(const GenerationRequest& request, const RunContext& context) = 0;
+  // The component calls run() will make for a resolved request, in order:
+  // one entry per forward (or decode) of a component of components(). The
+  // offload backend streams ahead of it (OffloadBackend::set_schedule); an
+  // empty list (the default) only costs that look-ahead.
+  virtual std::vector<std::string> call_schedule(const GenerationRequest& request) const {
+    return {};
+  }
 };
 
 struct LoadOptions {

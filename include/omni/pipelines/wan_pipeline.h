@@ -104,6 +104,9 @@ class WanPipeline final : public Pipeline {
   // Encodes the prompts, draws the initial noise from request.seed on a CPU
   // generator, denoises, decodes. frames: uint8 [F, H, W, 3].
   GenerationOutput run(const GenerationRequest& request, const RunContext& context) override;
+  // text_encoder once per prompt, the step's expert once per forward
+  // (twice a step with guidance), vae once.
+  std::vector<std::string> call_schedule(const GenerationRequest& request) const override;
 
   // --- Building blocks of run(), usable on their own -----------------------
 

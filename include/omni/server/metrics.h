@@ -36,6 +36,7 @@ struct OffloadFigures {
     std::uint64_t bytes = 0;
     double seconds = 0;
     std::uint64_t count = 0;
+    double exposed_seconds = 0;  // of `seconds`, what compute waited for
   };
   std::string device;
   std::string strategy;

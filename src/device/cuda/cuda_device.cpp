@@ -1,12 +1,17 @@
 // Note [Uploads on the transfer stream]
 // Weights go host→device with cudaMemcpyAsync on a dedicated transfer stream,
-// straight from page-locked home memory (cudaHostRegister'd in chunks). When
-// a component's copies are enqueued, an event is recorded on the transfer
-// stream and the compute stream waits on it: the host never blocks. Buffers
-// are allocated by the caching allocator on the transfer stream and used on
-// the compute stream, so retire() records the compute stream on them before
-// they are dropped; the allocator then will not reuse the memory until the
-// compute that read it has finished (design.md §2 rule 4).
+// straight from page-locked home memory (cudaHostRegister'd in chunks,
+// portable to every device). Weight buffers come from the caching allocator
+// on the compute stream, so memory an expert frees can hold activations and
+// the reverse (a transfer-stream pool would keep the two apart). Since the
+// compute stream may still be using the memory it just handed out (a block
+// freed by queued kernels), the transfer stream first waits on an event
+// recorded on the compute stream at allocation; the copy is then recorded on
+// the buffer (record_stream) so the buffer is not reused before the copy is
+// done. Compute waits for a copy through an event recorded on the transfer
+// stream (wait_for): the host never blocks. How long compute waited is the
+// gap between an event recorded on the compute stream just before the wait
+// and the copy's own event, clamped at zero: the exposed transfer.
 #include "device/cuda/cuda_device.h"
 
 #include <ATen/cuda/CUDAEvent.h>
@@ -16,6 +21,9 @@
 #include <cuda_runtime_api.h>
 
 #include <torch/types.h>
+
+#include <algorithm>
+#include <atomic>
 
 #include "omni/error.h"
 
@@ -40,6 +48,38 @@ void check(cudaError_t status, const char* what) {
   throw Error(detail::concat("cuda: ", what, ": ", cudaGetErrorString(status)));
 }
 
+at::cuda::CUDAEvent timing_event() {
+  return at::cuda::CUDAEvent(cudaEventDefault);  // the default event disables timing
+}
+
+class CudaFence final : public UploadFence {
+ public:
+  CudaFence(c10::cuda::CUDAStream transfer) : event_(timing_event()) { event_.record(transfer); }
+  bool done() override { return event_.query(); }
+  void synchronize() override { event_.synchronize(); }
+  at::cuda::CUDAEvent& event() { return event_; }
+
+ private:
+  at::cuda::CUDAEvent event_;
+};
+
+// Compute reached the wait at `reached_`; the copies were done at the fence's
+// event. Exposed: how much later the second came, never negative.
+class CudaWait final : public DeviceDuration {
+ public:
+  CudaWait(std::shared_ptr<at::cuda::CUDAEvent> reached, std::shared_ptr<CudaFence> copied)
+      : reached_(std::move(reached)), copied_(std::move(copied)) {}
+  double seconds() override {
+    copied_->synchronize();
+    reached_->synchronize();
+    return std::max(0.0, static_cast<double>(reached_->elapsed_time(copied_->event())) / 1000.0);
+  }
+
+ private:
+  std::shared_ptr<at::cuda::CUDAEvent> reached_;
+  std::shared_ptr<CudaFence> copied_;
+};
+
 class CudaTimer final : public TransferTimer {
  public:
   explicit CudaTimer(c10::cuda::CUDAStream stream) : stream_(stream) { start_.record(stream_); }
@@ -51,8 +91,8 @@ class CudaTimer final : public TransferTimer {
 
  private:
   c10::cuda::CUDAStream stream_;
-  at::cuda::CUDAEvent start_{cudaEventDefault};
-  at::cuda::CUDAEvent end_{cudaEventDefault};
+  at::cuda::CUDAEvent start_ = timing_event();
+  at::cuda::CUDAEvent end_ = timing_event();
 };
 
 class CudaDevice final : public Device {
@@ -71,15 +111,18 @@ class CudaDevice final : public Device {
 
   std::shared_ptr<void> pin_host(void* ptr, std::size_t bytes) override {
     const auto& budget = options_.faults.pin_budget_bytes;
-    if (budget && pinned_bytes_ + bytes > *budget) return nullptr;
-    const auto status = cudaHostRegister(ptr, bytes, cudaHostRegisterDefault);
+    if (budget && *pinned_bytes_ + bytes > *budget) return nullptr;
+    c10::cuda::CUDAGuard guard(device_index());
+    // Portable: page-locked for every device's copies, not only this one's.
+    const auto status = cudaHostRegister(ptr, bytes, cudaHostRegisterPortable);
     if (status != cudaSuccess) {
       (void)cudaGetLastError();
       return nullptr;
     }
-    pinned_bytes_ += bytes;
-    return std::shared_ptr<void>(ptr, [](void* p) {
+    *pinned_bytes_ += bytes;
+    return std::shared_ptr<void>(ptr, [pinned = pinned_bytes_, bytes](void* p) {
       if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+      *pinned -= bytes;
     });
   }
 
@@ -88,10 +131,16 @@ class CudaDevice final : public Device {
     if (options_.faults.fail_allocation_number &&
         *options_.faults.fail_allocation_number == allocations_)
       throw DeviceOutOfMemory(detail::concat("cuda: injected fault at allocation ", allocations_));
-    c10::cuda::CUDAStreamGuard guard(transfer_);
+    c10::cuda::CUDAGuard guard(device_index());
     try {
-      return torch::empty({static_cast<std::int64_t>(bytes)},
-                          torch::TensorOptions().dtype(torch::kUInt8).device(compute_device()));
+      // On the compute stream's pool (Note [Uploads on the transfer stream]).
+      auto buffer =
+          torch::empty({static_cast<std::int64_t>(bytes)},
+                       torch::TensorOptions().dtype(torch::kUInt8).device(compute_device()));
+      at::cuda::CUDAEvent handed_out;
+      handed_out.record(compute_stream());
+      handed_out.block(transfer_);
+      return buffer;
     } catch (const c10::Error& e) {
       const std::string what = e.what();
       if (what.find("out of memory") != std::string::npos)
@@ -104,6 +153,7 @@ class CudaDevice final : public Device {
 
   void copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src, std::size_t bytes,
                       bool src_pinned) override {
+    c10::cuda::CUDAGuard guard(device_index());
     auto* dst = static_cast<std::uint8_t*>(buffer.data_ptr()) + offset;
     // From pinned memory the copy is truly asynchronous; from pageable memory
     // the driver stages it and returns once the source may be reused. Either
@@ -111,14 +161,30 @@ class CudaDevice final : public Device {
     (void)src_pinned;
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, transfer_.stream()),
           "host-to-device copy");
+    c10::cuda::CUDACachingAllocator::recordStream(buffer.storage().data_ptr(), transfer_);
+  }
+
+  std::shared_ptr<UploadFence> fence_uploads() override {
+    c10::cuda::CUDAGuard guard(device_index());
+    return std::make_shared<CudaFence>(transfer_);
+  }
+
+  std::unique_ptr<DeviceDuration> wait_for(const std::shared_ptr<UploadFence>& fence) override {
+    c10::cuda::CUDAGuard guard(device_index());
+    auto copied = std::static_pointer_cast<CudaFence>(fence);
+    auto reached = std::make_shared<at::cuda::CUDAEvent>(timing_event());
+    reached->record(compute_stream());
+    copied->event().block(compute_stream());
+    return std::make_unique<CudaWait>(std::move(reached), std::move(copied));
   }
 
   void copy_to_host(void* dst, const torch::Tensor& buffer, std::size_t offset,
                     std::size_t bytes) override {
+    c10::cuda::CUDAGuard guard(device_index());
     const auto* src = static_cast<const std::uint8_t*>(buffer.data_ptr()) + offset;
     // Whatever compute enqueued before this call happens first.
     at::cuda::CUDAEvent ready;
-    ready.record(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index_)));
+    ready.record(compute_stream());
     ready.block(transfer_);
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, transfer_.stream()),
           "device-to-host copy");
@@ -128,31 +194,30 @@ class CudaDevice final : public Device {
   void release_cached_memory() override { c10::cuda::CUDACachingAllocator::emptyCache(); }
 
   std::unique_ptr<TransferTimer> start_transfer_timer() override {
+    c10::cuda::CUDAGuard guard(device_index());
     return std::make_unique<CudaTimer>(transfer_);
-  }
-
-  void publish_uploads() override {
-    at::cuda::CUDAEvent ready;
-    ready.record(transfer_);
-    ready.block(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index_)));
   }
 
   void retire(torch::Tensor& buffer) override {
     if (!buffer.defined()) return;
-    c10::cuda::CUDACachingAllocator::recordStream(
-        buffer.storage().data_ptr(),
-        c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index_)));
+    c10::cuda::CUDAGuard guard(device_index());
+    c10::cuda::CUDACachingAllocator::recordStream(buffer.storage().data_ptr(), compute_stream());
   }
 
   torch::Tensor offloaded_view(const torch::Tensor& home) override { return home; }
 
-  void synchronize() override { check(cudaDeviceSynchronize(), "synchronize"); }
+  void synchronize() override {
+    c10::cuda::CUDAGuard guard(device_index());
+    check(cudaDeviceSynchronize(), "synchronize");
+  }
 
   MemoryStats memory_stats() const override {
-    const auto stats =
-        c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index_));
-    const auto& all = stats.allocated_bytes[static_cast<std::size_t>(
-        c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)];
+    c10::cuda::CUDAGuard guard(device_index());
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_index());
+    // Index 0 is StatType::AGGREGATE in every LibTorch: 1.13 declares the enum in
+    // c10/cuda/CUDACachingAllocator.h, 2.5+ in c10/core/CachingDeviceAllocator.h
+    // (newer still in c10::CachingAllocator), so it is not named here.
+    const auto& all = stats.allocated_bytes[0];
     std::size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
     return {static_cast<std::uint64_t>(all.current), static_cast<std::uint64_t>(all.peak),
@@ -160,15 +225,23 @@ class CudaDevice final : public Device {
   }
 
   void reset_peak() override {
-    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index_));
+    c10::cuda::CUDAGuard guard(device_index());
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device_index());
   }
 
  private:
+  c10::DeviceIndex device_index() const { return static_cast<c10::DeviceIndex>(index_); }
+  c10::cuda::CUDAStream compute_stream() const {
+    return c10::cuda::getCurrentCUDAStream(device_index());
+  }
+
   int index_;
   DeviceOptions options_;
   c10::cuda::CUDAStream transfer_;
   int allocations_ = 0;
-  std::uint64_t pinned_bytes_ = 0;
+  // Shared with the pin handles, which unpin (and count down) when dropped.
+  std::shared_ptr<std::atomic<std::uint64_t>> pinned_bytes_ =
+      std::make_shared<std::atomic<std::uint64_t>>(0);
 };
 
 }  // namespace

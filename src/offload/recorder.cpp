@@ -1,0 +1,103 @@
+#include "omni/offload/recorder.h"
+
+#include <limits>
+
+#include "omni/error.h"
+
+namespace omni::offload {
+
+namespace {
+constexpr std::size_t kWait = std::numeric_limits<std::size_t>::max();
+}
+
+void OffloadRecorder::add_component(const LedgerEntry& entry) {
+  ComponentReport r;
+  r.name = entry.name;
+  r.role = entry.role;
+  r.bytes = entry.bytes;
+  r.swappable = entry.swappable;
+  stats_.push_back(std::move(r));
+}
+
+std::size_t OffloadRecorder::open_transfer(std::size_t index) {
+  ++stats_.at(index).uploads;
+  transfers_.push_back({stats_.at(index).name, Direction::h2d, 0, 0.0, true});
+  transfer_owner_.push_back(index);
+  return transfers_.size() - 1;
+}
+
+void OffloadRecorder::add_copy(std::size_t transfer, std::uint64_t bytes, bool pinned,
+                               std::unique_ptr<device::DeviceDuration> link_time) {
+  auto& t = transfers_.at(transfer);
+  t.bytes += bytes;
+  t.pinned = t.pinned && pinned;
+  auto& c = stats_.at(transfer_owner_.at(transfer));
+  c.upload_bytes += bytes;
+  if (link_time) pending_.push_back({transfer, transfer_owner_.at(transfer), std::move(link_time)});
+}
+
+void OffloadRecorder::add_wait(std::size_t index, std::unique_ptr<device::DeviceDuration> waited) {
+  if (waited) pending_.push_back({kWait, index, std::move(waited)});
+}
+
+void OffloadRecorder::resolve() {
+  for (auto& p : pending_) {
+    const double seconds = p.duration->seconds();
+    auto& c = stats_.at(p.component);
+    if (p.transfer == kWait) {
+      c.exposed_seconds += seconds;
+    } else {
+      transfers_.at(p.transfer).seconds += seconds;
+      c.upload_seconds += seconds;
+    }
+  }
+  pending_.clear();
+}
+
+void OffloadRecorder::begin_request() {
+  resolve();
+  // Only the running request's transfers are listed; earlier ones live on
+  // in the totals, so a long-running server does not accumulate them.
+  for (const auto& t : transfers_)
+    (t.direction == Direction::h2d ? earlier_h2d_bytes_ : earlier_d2h_bytes_) += t.bytes;
+  transfers_.clear();
+  transfer_owner_.clear();
+  request_start_ = stats_;
+}
+
+OffloadReport OffloadRecorder::build(bool per_request, const ResidencyLedger& ledger) {
+  resolve();
+  OffloadReport r;
+  r.peak_resident_bytes = ledger.peak_bytes();
+  if (!per_request) {
+    r.h2d_bytes = earlier_h2d_bytes_;
+    r.d2h_bytes = earlier_d2h_bytes_;
+  }
+  for (const auto& t : transfers_) {
+    (t.direction == Direction::h2d ? r.h2d_bytes : r.d2h_bytes) += t.bytes;
+    r.transfers.push_back(t);
+  }
+  for (std::size_t i = 0; i < stats_.size(); ++i) {
+    auto stats = stats_[i];
+    if (per_request && i < request_start_.size()) {
+      const auto& start = request_start_[i];
+      stats.uploads -= start.uploads;
+      stats.offloads -= start.offloads;
+      stats.upload_bytes -= start.upload_bytes;
+      stats.upload_seconds -= start.upload_seconds;
+      stats.exposed_seconds -= start.exposed_seconds;
+    }
+    stats.where = ledger.where(i);
+    r.exposed_transfer_seconds += stats.exposed_seconds;
+    r.hidden_transfer_seconds += stats.hidden_seconds();
+    r.components.push_back(stats);
+  }
+  return r;
+}
+
+void OffloadRecorder::clear() {
+  pending_.clear();
+  *this = OffloadRecorder();
+}
+
+}  // namespace omni::offload

@@ -1,0 +1,285 @@
+// Streaming model-level offload (Note [Streaming model-level offload]) and
+// the mover's contracts: frames bitwise the same as without offload, the
+// expert swap rolling block by block within planned + 2 groups, prefetch when
+// the device holds both, the ledger's bounded log, and the configuration and
+// nesting errors the backend raises.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "offload/toy_pipeline.h"
+#include "omni/error.h"
+#include "omni/offload/backend.h"
+#include "omni/omni.h"
+
+using namespace omni;
+using offload::Residency;
+using offload::ResidencyEvent;
+
+namespace {
+
+EngineArgs streamed_args(std::uint64_t sim_memory = 64ull << 30, double link_gbps = 0) {
+  EngineArgs args;
+  args.model = "example:wan-shaped";
+  args.enable_cpu_offload = true;
+  args.device = "sim";
+  args.sim_memory_bytes = sim_memory;
+  args.sim_link_gbps = link_gbps;
+  args.offload.quiet = true;
+  return args;
+}
+
+GenerationRequest streamed_request() {
+  GenerationRequest r;
+  r.prompt = "a red circle moving right";
+  r.negative_prompt = "blurry";
+  r.seed = 5;
+  r.steps = 6;
+  r.width = 32;
+  r.height = 32;
+  r.num_frames = 5;
+  return r;
+}
+
+torch::Tensor frames_without_offload() {
+  EngineArgs args;
+  args.model = "example:wan-shaped";
+  args.device = "cpu";
+  Omni omni(args);
+  return omni.generate(streamed_request()).frames;
+}
+
+// The position of the first event equal to `e` in `log`, or log.size().
+std::size_t position(const std::vector<ResidencyEvent>& log, const ResidencyEvent& e) {
+  return std::find(log.begin(), log.end(), e) - log.begin();
+}
+
+// What the device needs for model-level offload with rolling swaps, but not
+// for prefetching a whole expert beside the other.
+std::uint64_t rolling_capacity() {
+  Omni probe(streamed_args());
+  return probe.backend()->planned_peak_bytes() + 2 * probe.backend()->largest_group_bytes();
+}
+
+}  // namespace
+
+// The high-noise expert's blocks leave after their last use in its final
+// call and the low-noise expert's arrive into the space: the low expert is
+// partly resident before the high one has left, and the peak never passes
+// planned + 2 groups. The output is bitwise that of a run without offload.
+TEST(StreamingOffload, ExpertsSwapBlockByBlockWithinPlannedPlusTwoGroups) {
+  const auto capacity = rolling_capacity();
+  Omni omni(streamed_args(capacity, /*link_gbps=*/2.0));
+  auto* backend = omni.backend();
+  const_cast<offload::ResidencyLedger&>(backend->ledger()).clear_log();
+  auto out = omni.generate(streamed_request());
+  EXPECT_TRUE(torch::equal(out.frames, frames_without_offload()));
+
+  const auto log = backend->ledger().log();
+  const auto low_arrives = position(log, {"transformer_2", Residency::partial});
+  const auto high_leaves = position(log, {"transformer", Residency::host});
+  ASSERT_LT(low_arrives, log.size()) << "the low-noise expert never streamed in";
+  ASSERT_LT(high_leaves, log.size());
+  EXPECT_LT(low_arrives, high_leaves) << "it arrived while the high-noise expert was still there";
+  EXPECT_LE(out.report.peak_resident_bytes, capacity);
+  EXPECT_GT(out.report.peak_resident_bytes, out.report.planned_peak_bytes)
+      << "some of the low-noise expert came in beside the high-noise one";
+  EXPECT_EQ(out.report.d2h_bytes, 0u);
+  EXPECT_TRUE(out.report.streaming);
+  // Every byte went up once: the encoder and both experts.
+  const auto* enc = out.report.component("text_encoder");
+  const auto* high = out.report.component("transformer");
+  const auto* low = out.report.component("transformer_2");
+  EXPECT_EQ(out.report.h2d_bytes >= enc->bytes + high->bytes + low->bytes, true);
+  EXPECT_EQ(high->uploads, 1u);
+  EXPECT_EQ(low->uploads, 1u);
+  // Exposed and hidden split the link time of each component.
+  for (const auto& c : out.report.components) {
+    EXPECT_GE(c.exposed_seconds, 0.0) << c.name;
+    EXPECT_LE(c.exposed_seconds, c.upload_seconds + 1e-3) << c.name;
+  }
+  EXPECT_NEAR(out.report.exposed_transfer_seconds + out.report.hidden_transfer_seconds,
+              enc->upload_seconds + high->upload_seconds + low->upload_seconds, 1e-6);
+}
+
+// Whole-component swaps (--offload-streaming off) expose every upload: the
+// whole of each component's link time is waited for.
+TEST(StreamingOffload, StrictSwapsExposeWholeUploads) {
+  auto args = streamed_args(64ull << 30, /*link_gbps=*/2.0);
+  args.offload.streaming = false;
+  Omni omni(args);
+  auto out = omni.generate(streamed_request());
+  EXPECT_FALSE(out.report.streaming);
+  for (const char* name : {"text_encoder", "transformer", "transformer_2"}) {
+    const auto* c = out.report.component(name);
+    EXPECT_GT(c->upload_seconds, 0.0) << name;
+    // Compute waited from enqueue to the end of the copy: at least its link time.
+    EXPECT_GE(c->exposed_seconds, 0.9 * c->upload_seconds) << name;
+  }
+  EXPECT_EQ(out.report.peak_resident_bytes, out.report.planned_peak_bytes);
+}
+
+// With room for both, the next phase's component comes in during the current
+// one: the first expert is on the device before the encoder leaves, and the
+// frames do not change.
+TEST(StreamingOffload, PrefetchesTheNextPhaseWhenTheDeviceHoldsBoth) {
+  Omni omni(streamed_args());
+  auto* backend = omni.backend();
+  const_cast<offload::ResidencyLedger&>(backend->ledger()).clear_log();
+  auto out = omni.generate(streamed_request());
+  EXPECT_TRUE(torch::equal(out.frames, frames_without_offload()));
+  const auto log = backend->ledger().log();
+  const auto high_arrives = position(log, {"transformer", Residency::device});
+  const auto encoder_leaves = position(log, {"text_encoder", Residency::host});
+  ASSERT_LT(high_arrives, log.size());
+  EXPECT_LT(high_arrives, encoder_leaves);
+  EXPECT_GT(out.report.peak_resident_bytes, out.report.planned_peak_bytes);
+  EXPECT_EQ(out.report.d2h_bytes, 0u);
+}
+
+// The schedule of a queued request lets the next request's encoder come in
+// while this one decodes; a second request then waits for no encoder upload
+// of its own beyond what was prefetched.
+TEST(StreamingOffload, QueuedRequestsEncoderArrivesDuringTheDecode) {
+  const auto capacity = rolling_capacity();
+  Omni omni(streamed_args(capacity));
+  auto* backend = omni.backend();
+  const auto resolved = omni.pipeline().resolve(streamed_request());
+  auto first_calls = omni.pipeline().call_schedule(resolved);
+  // Run request 1 by hand with request 2's calls queued behind it.
+  backend->begin_request();
+  backend->set_schedule(first_calls);
+  backend->append_schedule(first_calls);
+  {
+    torch::NoGradGuard no_grad;
+    omni.pipeline().run(resolved, {omni.device().compute_device(), {}});
+  }
+  EXPECT_NE(backend->ledger().where(*backend->ledger().find("text_encoder")), Residency::host)
+      << "the next request's encoder is already on its way";
+  EXPECT_EQ(backend->ledger().where(*backend->ledger().find("transformer_2")), Residency::host)
+      << "the low-noise expert left early to make room";
+  EXPECT_LE(backend->end_request().peak_resident_bytes, capacity);
+}
+
+// A component called inside another running component that its activation
+// would evict is a ResidencyViolation naming both (before, it evicted the
+// outer one mid-forward).
+namespace {
+class CallsEncoderImpl : public nn::Module {
+ public:
+  explicit CallsEncoderImpl(toy::Layer encoder) : encoder_(std::move(encoder)) {
+    linear = register_module("linear", torch::nn::Linear(8, 8));
+  }
+  torch::Tensor forward(torch::Tensor x) { return encoder_(linear(x)); }
+  torch::nn::Linear linear{nullptr};
+
+ private:
+  toy::Layer encoder_;  // not a child: the encoder is its own component
+};
+OMNI_MODULE(CallsEncoder);
+
+class NestingPipeline : public nn::Module {
+ public:
+  NestingPipeline() {
+    text_encoder = register_module("text_encoder", toy::Layer(8, 8));
+    transformer = register_module("transformer", CallsEncoder(text_encoder));
+  }
+  toy::Layer text_encoder{nullptr};
+  CallsEncoder transformer{nullptr};
+};
+}  // namespace
+
+TEST(StreamingOffload, AComponentCalledInsideAnotherItWouldEvictIsAViolation) {
+  for (bool streaming : {true, false}) {
+    NestingPipeline p;
+    auto device = toy::sim();
+    offload::OffloadOptions options;
+    options.streaming = streaming;
+    offload::ModelLevelOffloadBackend backend(*device, options);
+    backend.enable(p, toy::spec({"transformer"}, {"text_encoder"}, {}, {}));
+    torch::NoGradGuard no_grad;
+    try {
+      p.transformer(torch::ones({1, 8}));
+      ADD_FAILURE() << "no ResidencyViolation";
+    } catch (const ResidencyViolation& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("'text_encoder'"), std::string::npos) << what;
+      EXPECT_NE(what.find("'transformer'"), std::string::npos) << what;
+    }
+    // The outer forward ended (by the exception): the components work again.
+    EXPECT_NO_THROW(p.text_encoder(torch::ones({1, 8})));
+  }
+}
+
+TEST(StreamingOffload, UnclaimedAndSharedTensorsAreConfigErrorsNamingThem) {
+  {
+    toy::ToyPipeline p({"text_encoder"}, {"transformer"});
+    auto device = toy::sim();
+    offload::ModelLevelOffloadBackend backend(*device);
+    try {
+      backend.enable(p, toy::spec({"transformer"}, {"text_encoder"}, {"vae"}, {}));
+      ADD_FAILURE() << "no ConfigError";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("'group.inner.blocks.0.weight' belongs to no component"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(backend.enabled());
+    EXPECT_FALSE(device::is_unusable_placeholder(p.inner->linears[0]->weight));
+  }
+  {
+    // One tensor registered in two components (a tied embedding across them).
+    nn::Module p;
+    auto shared = torch::randn({4, 4});
+    auto encoder = p.register_module("text_encoder", std::make_shared<toy::Group>());
+    auto dit = p.register_module("transformer", std::make_shared<toy::Group>());
+    encoder->register_parameter("embedding", shared, false);
+    dit->register_parameter("embedding", shared, false);
+    auto device = toy::sim();
+    offload::ModelLevelOffloadBackend backend(*device);
+    try {
+      backend.enable(p, toy::spec({"transformer"}, {"text_encoder"}, {}, {}));
+      ADD_FAILURE() << "no ConfigError";
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("is shared by components"), std::string::npos) << what;
+      EXPECT_NE(what.find("'text_encoder'"), std::string::npos) << what;
+      EXPECT_NE(what.find("'transformer'"), std::string::npos) << what;
+      EXPECT_NE(what.find(".embedding'"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(ResidencyLedger, LogKeepsOnlyTheLatestTransitions) {
+  offload::ResidencyLedger ledger(true);
+  const auto a = ledger.add("transformer", offload::Role::dit, 10, true);
+  const std::size_t moves = offload::ResidencyLedger::kLogCapacity + 100;
+  for (std::size_t i = 0; i < moves; ++i)
+    ledger.transition(a, i % 2 == 0 ? Residency::device : Residency::host);
+  const auto log = ledger.log();
+  EXPECT_EQ(log.size(), offload::ResidencyLedger::kLogCapacity);
+  EXPECT_EQ(log.back(), (ResidencyEvent{"transformer", Residency::host}));
+}
+
+// Note [Components in flight]: the next phase's component may be resident
+// beside a running DiT only while it is the one in flight.
+TEST(ResidencyLedger, OnlyTheIncomingComponentMayJoinARunningDit) {
+  offload::ResidencyLedger ledger(true);
+  const auto high = ledger.add("transformer", offload::Role::dit, 100, true);
+  const auto low = ledger.add("transformer_2", offload::Role::dit, 100, true);
+  const auto enc = ledger.add("text_encoder", offload::Role::encoder, 50, true);
+  ledger.transition(high, Residency::device);
+  EXPECT_THROW(ledger.move_bytes(low, 10), ResidencyViolation);
+  ledger.set_incoming(low);
+  ledger.move_bytes(low, 10);
+  EXPECT_EQ(ledger.where(low), Residency::partial);
+  EXPECT_THROW(ledger.move_bytes(enc, 10), ResidencyViolation) << "only one component in flight";
+  // The running expert must be gone before the incoming one stops being in flight.
+  EXPECT_THROW(ledger.set_incoming(std::nullopt), ResidencyViolation);
+  EXPECT_EQ(ledger.incoming(), low) << "unchanged by the refused call";
+  ledger.transition(high, Residency::host);
+  ledger.set_incoming(std::nullopt);
+  ledger.move_bytes(low, 90);
+  EXPECT_EQ(ledger.where(low), Residency::device);
+  EXPECT_EQ(ledger.resident_bytes(), 100u);
+}
