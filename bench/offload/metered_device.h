@@ -57,7 +57,11 @@ class MeteredDevice final : public device::Device {
   std::unique_ptr<device::TransferTimer> start_transfer_timer() override {
     return inner_.start_transfer_timer();
   }
-  void publish_uploads() override { inner_.publish_uploads(); }
+  std::shared_ptr<device::UploadFence> fence_uploads() override { return inner_.fence_uploads(); }
+  std::unique_ptr<device::DeviceDuration> wait_for(
+      const std::shared_ptr<device::UploadFence>& fence) override {
+    return inner_.wait_for(fence);
+  }
   void retire(torch::Tensor& buffer) override { inner_.retire(buffer); }
   torch::Tensor offloaded_view(const torch::Tensor& home) override {
     return inner_.offloaded_view(home);

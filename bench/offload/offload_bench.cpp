@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "bench/json_file.h"
 #include "bench/offload/metered_device.h"
+#include "bench/offload/modeled_compute.h"
 #include "bench/offload/profile_pipeline.h"
 #include "bench/offload/strategies.h"
 #include "omni/device/device.h"
@@ -30,7 +32,12 @@ double since(Clock::time_point start) {
 constexpr std::uint64_t kSimDefaultBudget = 1'000'000'000;  // 1 GB of weights
 constexpr std::size_t kPinChunk = 256ull << 20;             // as OffloadOptions' default
 
-const char* kStrategyNames[] = {"raw", "omni", "copy-back", "accelerate"};
+constexpr int kStrategies = 6;
+const char* kStrategyNames[kStrategies] = {"raw",           "all-resident", "omni",
+                                           "omni-streamed", "copy-back",    "accelerate"};
+const StrategyKind kStrategyOrder[kStrategies] = {
+    StrategyKind::raw,           StrategyKind::all_resident, StrategyKind::omni,
+    StrategyKind::omni_streamed, StrategyKind::copy_back,    StrategyKind::accelerate};
 
 std::string role_name(offload::Role role) {
   return std::string(offload::to_string(role));
@@ -91,7 +98,22 @@ struct Plan {
   std::unique_ptr<device::Device> device;
   OffloadBenchResult result;
   std::size_t expert_index = 0;
+  std::optional<ComputeModel> compute;  // Note [Modeled compute]; none: movement only
+  std::vector<std::size_t> calls;       // a modeled request's component calls
 };
+
+// The largest block group offload moves (Note [Block groups]), from the shapes alone.
+std::uint64_t largest_block_bytes(const WeightProfile& profile) {
+  auto shapes = build_shape_pipeline(profile);
+  std::uint64_t largest = 0;
+  for (std::size_t i = 0; i < shapes->size(); ++i) {
+    std::map<std::string, std::uint64_t> groups;
+    for (const auto& e : offload::unique_tensors(shapes->component(i)))
+      groups[e.group] += static_cast<std::uint64_t>(e.tensor.numel()) * e.tensor.element_size();
+    for (const auto& [name, bytes] : groups) largest = std::max(largest, bytes);
+  }
+  return largest;
+}
 
 std::uint64_t pow2_pool_bytes(const WeightProfile& profile) {
   std::uint64_t n = 0;
@@ -111,6 +133,7 @@ Plan make_plan(const OffloadBenchConfig& config) {
   plan.full = make_profile(config.profile);
   device::DeviceOptions options;
   options.sim_memory_bytes = device::parse_byte_size(config.sim_memory);
+  options.sim_link_gbps = config.sim_link_gbps;
   plan.device = device::make_device(device::DeviceSpec::parse(config.device),
                                     /*offload_enabled=*/true, options);
   OMNI_CHECK(plan.device->supports_offload(), ConfigError, "device ", plan.device->name(),
@@ -174,6 +197,20 @@ Plan make_plan(const OffloadBenchConfig& config) {
   r.device_capacity_bytes = plan.device->memory_stats().capacity_bytes;
 
   const std::uint64_t exclusive_peak = std::max(encoders, largest_dit) + statics;
+  r.model_level_planned_peak_bytes = exclusive_peak;
+  r.largest_block_bytes = largest_block_bytes(p);
+  r.sim_link_gbps = config.sim_link_gbps;
+  if (!r.simulated || config.sim_link_gbps > 0) {
+    ComputeModel model;
+    model.steps = config.steps;
+    model.slowdown = r.simulated ? ComputeModel::kRealLinkGbps / config.sim_link_gbps : 1.0;
+    plan.compute = model;
+    plan.calls = request_calls(p, model);
+    r.compute_model = model.describe();
+    for (auto i : plan.calls) r.request_calls.push_back(p.components[i].name);
+  }
+  // What omni-streamed may hold: Note [Streaming model-level offload].
+  const std::uint64_t streamed_peak = exclusive_peak + 2 * r.largest_block_bytes;
   for (auto kind : config.strategy_kinds()) {
     auto add = [&](std::string name, std::uint64_t host, std::uint64_t dev) {
       StrategyReport s;
@@ -188,9 +225,15 @@ Plan make_plan(const OffloadBenchConfig& config) {
         add("raw-pinned", r.expert_bytes, r.expert_bytes);
         add("raw-pageable", r.expert_bytes, r.expert_bytes);
         break;
+      case StrategyKind::all_resident:
+        add("all-resident", r.total_bytes, r.total_bytes);
+        break;
       case StrategyKind::omni:
         // Homes for every component while enable() runs (the VAE's is dropped after).
         add("omni", r.total_bytes, exclusive_peak);
+        break;
+      case StrategyKind::omni_streamed:
+        add("omni-streamed", r.total_bytes, streamed_peak);
         break;
       case StrategyKind::copy_back:
         add("copy-back", std::max(r.total_bytes, pow2_pool_bytes(p)), exclusive_peak);
@@ -218,8 +261,19 @@ Plan make_plan(const OffloadBenchConfig& config) {
         "not pose as device allocation costs.");
   if (r.simulated)
     r.notes.push_back(
-        "SIMULATED: the sim device's memory is host memory and its transfers are host memcpy; "
-        "bandwidths are memory-copy speeds, not a link's.");
+        config.sim_link_gbps > 0
+            ? detail::concat("SIMULATED: the sim device's memory is host memory; its transfers "
+                             "are host memcpy paced at ",
+                             config.sim_link_gbps,
+                             " GB/s (Note [The sim link]) and compute is a wait slowed by the same "
+                             "factor (Note [Modeled compute]).")
+            : "SIMULATED: the sim device's memory is host memory and its transfers are host "
+              "memcpy; bandwidths are memory-copy speeds, not a link's.");
+  if (plan.compute)
+    r.notes.push_back(
+        r.compute_model +
+        "; every strategy's requests run it. omni-streamed may hold the model-level planned "
+        "peak + 2 largest blocks (its reserve is the rest of the device).");
   return plan;
 }
 
@@ -247,10 +301,43 @@ void touch(const std::vector<torch::Tensor>& probes, torch::Tensor& acc) {
   for (const auto& p : probes) acc = acc + p.reshape({-1}).narrow(0, 0, 1).to(torch::kFloat).sum();
 }
 
-std::unique_ptr<Strategy> make_strategy(std::string_view name, device::Device& device) {
-  if (name == "omni") return make_omni_strategy(device);
+std::unique_ptr<Strategy> make_strategy(const StrategyReport& s, device::Device& device) {
+  const auto& name = s.name;
+  if (name == "omni") return make_omni_strategy(device, OmniMode::whole_components);
+  if (name == "omni-streamed")
+    return make_omni_strategy(device, OmniMode::streamed, s.planned_device_bytes);
+  if (name == "all-resident") return make_omni_strategy(device, OmniMode::all_resident);
   if (name == "copy-back") return make_copy_back_strategy(device);
   return make_accelerate_strategy(device);
+}
+
+// One request as its component calls with modeled compute: a call whose
+// component differs from the last is a phase boundary, timed as a swap (to
+// the device idle for strategies that do not stream).
+void run_modeled_request(const Plan& plan, Strategy& strategy, device::Device& device,
+                         MeteredDevice& meter, const std::vector<std::vector<GroupRun>>& runs,
+                         torch::Tensor& acc, RequestSample& request) {
+  std::optional<std::size_t> current;
+  for (auto i : plan.calls) {
+    if (current != i) {
+      const auto b = meter.readings();
+      const auto t = Clock::now();
+      strategy.call(i);
+      if (!strategy.streams()) device.synchronize();
+      SwapSample swap;
+      swap.component = plan.profile.components[i].name;
+      swap.seconds = since(t);
+      const auto a = meter.readings();
+      swap.h2d_bytes = a.h2d_bytes - b.h2d_bytes;
+      swap.d2h_bytes = a.d2h_bytes - b.d2h_bytes;
+      request.transfer_seconds += swap.seconds;
+      request.swaps.push_back(swap);
+      current = i;
+    } else {
+      strategy.call(i);
+    }
+    run_groups(runs[i], acc);
+  }
 }
 
 void run_repeats(Plan& plan, MeteredDevice& meter, const CheckpointImage& image, StrategyReport& s,
@@ -260,7 +347,7 @@ void run_repeats(Plan& plan, MeteredDevice& meter, const CheckpointImage& image,
   const int repeats = plan.result.repeats;
   const int requests = plan.result.requests;
   for (int rep = 0; rep < repeats; ++rep) {
-    auto strategy = make_strategy(s.name, meter);
+    auto strategy = make_strategy(s, meter);
     auto pipeline = build_pipeline(profile, image, strategy->storage());
     device.release_cached_memory();
     device.synchronize();
@@ -279,12 +366,20 @@ void run_repeats(Plan& plan, MeteredDevice& meter, const CheckpointImage& image,
     sample.peak_device_bytes = device.memory_stats().peak_allocated_bytes;
     auto acc = torch::zeros(
         {}, torch::TensorOptions().dtype(torch::kFloat).device(device.compute_device()));
+    const auto group_runs = plan.compute ? plan_group_runs(*pipeline, profile, *plan.compute)
+                                         : std::vector<std::vector<GroupRun>>();
     for (int q = 0; q < requests; ++q) {
       RequestSample request;
       const auto request_before = meter.readings();
       const auto request_start = Clock::now();
-      strategy->begin_request();
-      for (std::size_t i = 0; i < pipeline->size(); ++i) {
+      if (plan.compute) {
+        const auto& calls = plan.result.request_calls;
+        strategy->begin_request(calls, q + 1 < requests ? calls : std::vector<std::string>());
+        run_modeled_request(plan, *strategy, device, meter, group_runs, acc, request);
+      } else {
+        strategy->begin_request();
+      }
+      for (std::size_t i = 0; !plan.compute && i < pipeline->size(); ++i) {
         const auto b = meter.readings();
         const auto t = Clock::now();
         strategy->enter(i);
@@ -316,6 +411,8 @@ void run_repeats(Plan& plan, MeteredDevice& meter, const CheckpointImage& image,
                  ": touching the weights gave a non-finite value");
       request.seconds = since(request_start);
       request.device_timed_seconds = strategy->device_timed_transfer_seconds();
+      request.exposed_transfer_seconds =
+          strategy->exposed_transfer_seconds().value_or(request.transfer_seconds);
       const auto request_after = meter.readings();
       request.h2d_bytes = request_after.h2d_bytes - request_before.h2d_bytes;
       request.d2h_bytes = request_after.d2h_bytes - request_before.d2h_bytes;
@@ -403,8 +500,8 @@ void run_raw(Plan& plan, MeteredDevice& meter, const CheckpointImage& image, Str
 
 void summarize(StrategyReport& s, const OffloadBenchResult& r) {
   if (s.status != "ok" || s.repeats.empty()) return;
-  std::vector<double> expert, expert_gbps, request, transfer, per_swap, device_timed, enable, first,
-      cold;
+  std::vector<double> expert, expert_gbps, request, transfer, exposed, per_swap, device_timed,
+      enable, first, cold;
   std::vector<std::uint64_t> h2d, d2h;
   bool all_device_timed = true;
   s.expert_swap_bytes = r.expert_bytes;
@@ -424,6 +521,7 @@ void summarize(StrategyReport& s, const OffloadBenchResult& r) {
         }
       request.push_back(req.seconds);
       transfer.push_back(req.transfer_seconds);
+      exposed.push_back(req.exposed_transfer_seconds);
       int moving = 0;
       for (const auto& swap : req.swaps)
         if (swap.h2d_bytes + swap.d2h_bytes > 0) ++moving;
@@ -452,6 +550,7 @@ void summarize(StrategyReport& s, const OffloadBenchResult& r) {
   s.expert_swap_gbps = Stats::of(expert_gbps);
   s.request_seconds = Stats::of(request);
   s.request_transfer_seconds = Stats::of(transfer);
+  s.request_exposed_seconds = Stats::of(exposed);
   s.swap_seconds = Stats::of(per_swap);
   if (all_device_timed && !device_timed.empty())
     s.request_device_timed_seconds = Stats::of(device_timed);
@@ -514,6 +613,54 @@ void evaluate_targets(OffloadBenchResult& r) {
   }
 }
 
+// Note [Streaming model-level offload]: hidden swaps at model-level memory.
+void evaluate_streaming_targets(OffloadBenchResult& r) {
+  const auto* streamed = r.strategy("omni-streamed");
+  if (!streamed) return;
+  const auto* whole = r.strategy("omni");
+  const auto* resident = r.strategy("all-resident");
+  auto ok = [](const StrategyReport* s) { return s != nullptr && s->status == "ok"; };
+  const bool modeled = !r.compute_model.empty();
+  {
+    TargetCheck t{"omni-streamed exposed transfer vs omni", "n/a", "<= 10%", std::nullopt};
+    if (ok(streamed) && ok(whole) && streamed->request_exposed_seconds.count &&
+        whole->request_exposed_seconds.count && whole->request_exposed_seconds.median > 0) {
+      const double ratio =
+          streamed->request_exposed_seconds.median / whole->request_exposed_seconds.median;
+      t.measured = fmt("%.1f%%", 100 * ratio);
+      t.pass = ratio <= 0.10;
+    }
+    r.targets.push_back(t);
+  }
+  {
+    TargetCheck t{"omni-streamed request time vs all-resident", "n/a", "<= 1.02x", std::nullopt};
+    if (modeled && ok(streamed) && ok(resident) && resident->request_seconds.count &&
+        streamed->request_seconds.count) {
+      const double ratio = streamed->request_seconds.median / resident->request_seconds.median;
+      t.measured = fmt("%.3fx", ratio);
+      t.pass = ratio <= 1.02;
+    }
+    r.targets.push_back(t);
+  }
+  {
+    TargetCheck t{"omni-streamed peak vs planned + 2 largest blocks", "n/a", "<= 1", std::nullopt};
+    if (ok(streamed)) {
+      const auto bound = r.model_level_planned_peak_bytes + 2 * r.largest_block_bytes;
+      t.measured = bytes_text(streamed->peak_device_bytes) + " of " + bytes_text(bound);
+      t.pass = streamed->peak_device_bytes <= bound;
+    }
+    r.targets.push_back(t);
+  }
+  {
+    TargetCheck t{"omni-streamed device-to-host bytes", "n/a", "0", std::nullopt};
+    if (ok(streamed)) {
+      t.measured = bytes_text(streamed->d2h_bytes_total);
+      t.pass = streamed->d2h_bytes_total == 0;
+    }
+    r.targets.push_back(t);
+  }
+}
+
 void finish(OffloadBenchResult& r) {
   const auto* raw = r.strategy("raw-pinned");
   for (auto& s : r.strategies) {
@@ -524,6 +671,7 @@ void finish(OffloadBenchResult& r) {
       s.ratio_to_raw_pinned = raw->expert_swap_seconds.median / s.expert_swap_seconds.median;
   }
   evaluate_targets(r);
+  evaluate_streaming_targets(r);
 }
 
 }  // namespace
@@ -532,8 +680,12 @@ std::string_view to_string(StrategyKind kind) {
   switch (kind) {
     case StrategyKind::raw:
       return "raw";
+    case StrategyKind::all_resident:
+      return "all-resident";
     case StrategyKind::omni:
       return "omni";
+    case StrategyKind::omni_streamed:
+      return "omni-streamed";
     case StrategyKind::copy_back:
       return "copy-back";
     case StrategyKind::accelerate:
@@ -552,22 +704,25 @@ void OffloadBenchConfig::validate() const {
   if (!scale.empty()) (void)Scale::parse(scale);
   (void)device::parse_byte_size(sim_memory);
   (void)device::DeviceSpec::parse(device);
+  OMNI_CHECK(sim_link_gbps >= 0 && sim_link_gbps < 1e6, ConfigError,
+             "--sim-link-gbps must be 0 (memcpy speed) or a positive number of GB/s, got ",
+             sim_link_gbps);
+  OMNI_CHECK(steps >= 1 && steps <= 1000, ConfigError, "--steps must be in [1, 1000], got ", steps);
 }
 
 std::vector<StrategyKind> OffloadBenchConfig::strategy_kinds() const {
-  bool selected[4] = {false, false, false, false};
+  bool selected[kStrategies] = {};
   for (const auto& name : strategies) {
     bool known = false;
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < kStrategies; ++i)
       if (name == kStrategyNames[i]) selected[i] = known = true;
     OMNI_CHECK(known, ConfigError, "unknown strategy '", name,
-               "' in --strategies; known: omni, copy-back, accelerate, raw");
+               "' in --strategies; known: all-resident, omni, omni-streamed, copy-back, "
+               "accelerate, raw");
   }
   std::vector<StrategyKind> out;
-  const StrategyKind order[] = {StrategyKind::raw, StrategyKind::omni, StrategyKind::copy_back,
-                                StrategyKind::accelerate};
-  for (int i = 0; i < 4; ++i)
-    if (selected[i]) out.push_back(order[i]);
+  for (int i = 0; i < kStrategies; ++i)
+    if (selected[i]) out.push_back(kStrategyOrder[i]);
   return out;
 }
 
@@ -605,6 +760,7 @@ nlohmann::json StrategyReport::to_json() const {
   if (has_requests) {
     j["per_request"] = {{"seconds", request_seconds.to_json()},
                         {"transfer_seconds", request_transfer_seconds.to_json()},
+                        {"exposed_transfer_seconds", request_exposed_seconds.to_json()},
                         {"device_timed_transfer_seconds",
                          request_device_timed_seconds ? request_device_timed_seconds->to_json()
                                                       : nlohmann::json(nullptr)},
@@ -637,6 +793,7 @@ nlohmann::json StrategyReport::to_json() const {
     for (const auto& q : rep.requests) {
       nlohmann::json jq = {{"seconds", q.seconds},
                            {"transfer_seconds", q.transfer_seconds},
+                           {"exposed_transfer_seconds", q.exposed_transfer_seconds},
                            {"h2d_bytes", q.h2d_bytes},
                            {"d2h_bytes", q.d2h_bytes}};
       if (q.device_timed_seconds) jq["device_timed_transfer_seconds"] = *q.device_timed_seconds;
@@ -675,6 +832,12 @@ nlohmann::json OffloadBenchResult::to_json() const {
   j["total_bytes"] = total_bytes;
   j["swappable_bytes"] = swappable_bytes;
   j["expert_swap"] = {{"component", expert}, {"bytes", expert_bytes}};
+  j["model_level_planned_peak_bytes"] = model_level_planned_peak_bytes;
+  j["largest_block_bytes"] = largest_block_bytes;
+  j["sim_link_gbps"] = sim_link_gbps;
+  j["compute_model"] =
+      compute_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(compute_model);
+  j["request_calls"] = request_calls;
   j["host_available_bytes"] = host_available_bytes;
   j["device_capacity_bytes"] = device_capacity_bytes;
   auto& schedule = j["schedule"] = nlohmann::json::array();
@@ -726,6 +889,11 @@ std::string OffloadBenchResult::to_table() const {
   out << "\n  expert swap: the phase boundary before " << expert << " (" << bytes_text(expert_bytes)
       << "); raw = one copy of those bytes\n";
   out << "  figures: median [min-max] over the warm requests (2nd onward) of every repeat\n";
+  out << "  model-level planned peak " << bytes_text(model_level_planned_peak_bytes)
+      << ", largest block " << bytes_text(largest_block_bytes) << "\n";
+  if (!compute_model.empty())
+    out << "  " << compute_model << "; a request makes " << request_calls.size()
+        << " component calls\n";
   if (plan_only) {
     out << "\n  plan (nothing run):\n";
     for (const auto& s : strategies)
@@ -735,9 +903,11 @@ std::string OffloadBenchResult::to_table() const {
     return out.str();
   }
   char line[512];
-  std::snprintf(line, sizeof line, "\n  %-12s %-28s %7s %6s %-28s %11s %11s %11s %11s %11s %9s\n",
-                "strategy", "expert swap s", "GB/s", "x raw", "transfer s / request", "h2d/request",
-                "d2h/request", "peak device", "pinned", "pageable", "cold s");
+  std::snprintf(line, sizeof line,
+                "\n  %-13s %-28s %7s %6s %-28s %-28s %-28s %11s %11s %11s %11s %11s %9s\n",
+                "strategy", "expert swap s", "GB/s", "x raw", "request s", "transfer s / request",
+                "exposed s / request", "h2d/request", "d2h/request", "peak device", "pinned",
+                "pageable", "cold s");
   out << line;
   auto range = [](const Stats& s, const char* f) {
     if (s.count == 0) return std::string("-");
@@ -745,16 +915,19 @@ std::string OffloadBenchResult::to_table() const {
   };
   for (const auto& s : strategies) {
     if (s.status != "ok") {
-      std::snprintf(line, sizeof line, "  %-12s %s: %s\n", s.name.c_str(), s.status.c_str(),
+      std::snprintf(line, sizeof line, "  %-13s %s: %s\n", s.name.c_str(), s.status.c_str(),
                     s.reason.c_str());
       out << line;
       continue;
     }
     std::snprintf(
-        line, sizeof line, "  %-12s %-28s %7.2f %6s %-28s %11s %11s %11s %11s %11s %9s\n",
-        s.name.c_str(), range(s.expert_swap_seconds, "%.4f").c_str(), s.expert_swap_gbps.median,
+        line, sizeof line,
+        "  %-13s %-28s %7.2f %6s %-28s %-28s %-28s %11s %11s %11s %11s %11s %9s\n", s.name.c_str(),
+        range(s.expert_swap_seconds, "%.4f").c_str(), s.expert_swap_gbps.median,
         s.ratio_to_raw_pinned ? fmt("%.2f", *s.ratio_to_raw_pinned).c_str() : "-",
+        s.has_requests ? range(s.request_seconds, "%.4f").c_str() : "-",
         s.has_requests ? range(s.request_transfer_seconds, "%.4f").c_str() : "-",
+        s.has_requests ? range(s.request_exposed_seconds, "%.4f").c_str() : "-",
         s.has_requests ? bytes_text(s.h2d_bytes_per_request).c_str() : "-",
         s.has_requests ? bytes_text(s.d2h_bytes_per_request).c_str() : "-",
         bytes_text(s.peak_device_bytes).c_str(), bytes_text(s.pinned_peak_bytes).c_str(),

@@ -36,7 +36,7 @@
 
 namespace omni::bench {
 
-enum class StrategyKind { raw, omni, copy_back, accelerate };
+enum class StrategyKind { raw, all_resident, omni, omni_streamed, copy_back, accelerate };
 std::string_view to_string(StrategyKind kind);
 
 struct OffloadBenchConfig {
@@ -47,6 +47,10 @@ struct OffloadBenchConfig {
   std::string device = "auto";  // auto: cuda:0 when present, else sim
   std::vector<std::string> strategies = {"omni", "copy-back", "accelerate", "raw"};
   std::string sim_memory = "64GiB";
+  // The sim device's link speed in GB/s (Note [The sim link]). Above 0 (or on
+  // a GPU), requests run with modeled compute (Note [Modeled compute]).
+  double sim_link_gbps = 0;
+  int steps = 8;          // denoising steps of a modeled request
   std::string json_path;  // rewritten after every strategy when set
   bool plan_only = false;
   std::uint64_t seed = 7;
@@ -73,6 +77,9 @@ struct SwapSample {
 struct RequestSample {
   double seconds = 0;           // the whole request
   double transfer_seconds = 0;  // its phase boundaries (and end-of-request offload)
+  // Transfer compute waited for: the backend's record, or for strategies
+  // whose copies block, transfer_seconds.
+  double exposed_transfer_seconds = 0;
   std::optional<double> device_timed_seconds;
   std::uint64_t h2d_bytes = 0, d2h_bytes = 0;
   std::vector<SwapSample> swaps;
@@ -99,7 +106,7 @@ struct StrategyReport {
   Stats expert_swap_seconds, expert_swap_gbps;
   std::optional<double> ratio_to_raw_pinned;  // raw pinned seconds / these seconds
   bool has_requests = true;                   // false for raw
-  Stats request_seconds, request_transfer_seconds, swap_seconds;
+  Stats request_seconds, request_transfer_seconds, request_exposed_seconds, swap_seconds;
   std::optional<Stats> request_device_timed_seconds;
   std::uint64_t h2d_bytes_per_request = 0, d2h_bytes_per_request = 0;
   std::uint64_t h2d_bytes_total = 0, d2h_bytes_total = 0;
@@ -133,7 +140,12 @@ struct OffloadBenchResult {
   int requests = 0, repeats = 0;
   std::vector<ComponentInfo> components;
   std::uint64_t total_bytes = 0, swappable_bytes = 0, expert_bytes = 0;
-  std::string expert;  // the component whose arrival is the expert swap
+  // max(encoders, largest DiT) + VAE, and the largest block group offload moves.
+  std::uint64_t model_level_planned_peak_bytes = 0, largest_block_bytes = 0;
+  double sim_link_gbps = 0;
+  std::string compute_model;               // empty: movement only
+  std::vector<std::string> request_calls;  // a modeled request's component calls
+  std::string expert;                      // the component whose arrival is the expert swap
   std::uint64_t host_available_bytes = 0, device_capacity_bytes = 0;
   bool plan_only = false;
   bool complete = false;

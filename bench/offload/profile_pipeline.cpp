@@ -88,30 +88,16 @@ void ProfilePipeline::add_component(const std::string& name,
   probes_.push_back(std::move(probes));
 }
 
-std::shared_ptr<ProfilePipeline> build_pipeline(const WeightProfile& profile,
-                                                const CheckpointImage& image,
-                                                WeightStorage storage) {
+namespace {
+
+using TensorFactory = std::function<std::vector<torch::Tensor>(const ComponentShapes&)>;
+
+// The module tree over the tensors `make` gives each component.
+std::shared_ptr<ProfilePipeline> assemble(const WeightProfile& profile, const TensorFactory& make) {
   auto root = std::make_shared<ProfilePipeline>(profile.name);
   for (const auto& c : profile.components) {
     auto module = std::make_shared<ProfileModuleImpl>(c.class_name);
-    std::vector<torch::Tensor> tensors(c.tensors.size());
-    for (std::size_t i = 0; i < c.tensors.size(); ++i) {
-      const auto& shape = c.tensors[i];
-      tensors[i] = image.view(c.name + "." + shape.name, shape.sizes, profile.dtype);
-    }
-    if (storage == WeightStorage::materialized) {
-      // Copy every view into its own buffer, several tensors at a time.
-      std::vector<torch::Tensor> own(tensors.size());
-      for (std::size_t i = 0; i < tensors.size(); ++i)
-        own[i] = torch::empty(c.tensors[i].sizes, torch::TensorOptions().dtype(profile.dtype));
-      at::parallel_for(0, static_cast<std::int64_t>(tensors.size()), 1,
-                       [&](std::int64_t begin, std::int64_t end) {
-                         for (std::int64_t i = begin; i < end; ++i)
-                           std::memcpy(own[i].data_ptr(), tensors[i].data_ptr(),
-                                       own[i].numel() * own[i].element_size());
-                       });
-      tensors = std::move(own);
-    }
+    const auto tensors = make(c);
     for (std::size_t i = 0; i < c.tensors.size(); ++i) {
       const auto& name = c.tensors[i].name;
       ProfileModuleImpl* node = module.get();
@@ -131,6 +117,44 @@ std::shared_ptr<ProfilePipeline> build_pipeline(const WeightProfile& profile,
     root->add_component(c.name, std::move(module), std::move(probes));
   }
   return root;
+}
+
+}  // namespace
+
+std::shared_ptr<ProfilePipeline> build_pipeline(const WeightProfile& profile,
+                                                const CheckpointImage& image,
+                                                WeightStorage storage) {
+  return assemble(profile, [&](const ComponentShapes& c) {
+    std::vector<torch::Tensor> tensors(c.tensors.size());
+    for (std::size_t i = 0; i < c.tensors.size(); ++i) {
+      const auto& shape = c.tensors[i];
+      tensors[i] = image.view(c.name + "." + shape.name, shape.sizes, profile.dtype);
+    }
+    if (storage == WeightStorage::materialized) {
+      // Copy every view into its own buffer, several tensors at a time.
+      std::vector<torch::Tensor> own(tensors.size());
+      for (std::size_t i = 0; i < tensors.size(); ++i)
+        own[i] = torch::empty(c.tensors[i].sizes, torch::TensorOptions().dtype(profile.dtype));
+      at::parallel_for(0, static_cast<std::int64_t>(tensors.size()), 1,
+                       [&](std::int64_t begin, std::int64_t end) {
+                         for (std::int64_t i = begin; i < end; ++i)
+                           std::memcpy(own[i].data_ptr(), tensors[i].data_ptr(),
+                                       own[i].numel() * own[i].element_size());
+                       });
+      tensors = std::move(own);
+    }
+    return tensors;
+  });
+}
+
+std::shared_ptr<ProfilePipeline> build_shape_pipeline(const WeightProfile& profile) {
+  return assemble(profile, [&](const ComponentShapes& c) {
+    std::vector<torch::Tensor> tensors;
+    for (const auto& shape : c.tensors)
+      tensors.push_back(torch::empty(
+          shape.sizes, torch::TensorOptions().dtype(profile.dtype).device(torch::kMeta)));
+    return tensors;
+  });
 }
 
 }  // namespace omni::bench

@@ -89,5 +89,7 @@ class ProfilePipeline : public omni::nn::Module {
 std::shared_ptr<ProfilePipeline> build_pipeline(const WeightProfile& profile,
                                                 const CheckpointImage& image,
                                                 WeightStorage storage);
+// The same tree over meta tensors (shapes, no memory): for planning.
+std::shared_ptr<ProfilePipeline> build_shape_pipeline(const WeightProfile& profile);
 
 }  // namespace omni::bench

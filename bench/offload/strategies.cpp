@@ -22,11 +22,23 @@ bool is(offload::Role role, offload::Role other) {
 
 class OmniStrategy final : public Strategy {
  public:
-  explicit OmniStrategy(device::Device& device) : device_(device) {}
+  OmniStrategy(device::Device& device, OmniMode mode, std::uint64_t device_budget)
+      : device_(device), mode_(mode), device_budget_(device_budget) {}
   ~OmniStrategy() override { teardown(); }
 
-  std::string name() const override { return "omni"; }
+  std::string name() const override {
+    switch (mode_) {
+      case OmniMode::whole_components:
+        return "omni";
+      case OmniMode::streamed:
+        return "omni-streamed";
+      case OmniMode::all_resident:
+        return "all-resident";
+    }
+    return "?";
+  }
   WeightStorage storage() const override { return WeightStorage::image_views; }
+  bool streams() const override { return mode_ == OmniMode::streamed; }
 
   void enable(ProfilePipeline& pipeline, const WeightProfile& profile) override {
     pipeline_ = &pipeline;
@@ -40,28 +52,45 @@ class OmniStrategy final : public Strategy {
     offload::OffloadOptions options;
     options.pin_memory = true;
     options.quiet = true;
-    backend_ = std::make_unique<offload::ModelLevelOffloadBackend>(device_, options);
+    options.streaming = mode_ == OmniMode::streamed;
+    const auto capacity = device_.memory_stats().capacity_bytes;
+    if (device_budget_ > 0 && capacity > device_budget_)
+      options.reserve_bytes = capacity - device_budget_;
+    if (mode_ == OmniMode::all_resident)
+      backend_ = std::make_unique<offload::AllResidentBackend>(device_, options);
+    else
+      backend_ = std::make_unique<offload::ModelLevelOffloadBackend>(device_, options);
     backend_->enable(pipeline, spec);
     note_host();
   }
 
-  void begin_request() override { backend_->begin_request(); }
+  void begin_request(const std::vector<std::string>& calls,
+                     const std::vector<std::string>& next_calls) override {
+    backend_->begin_request();
+    backend_->set_schedule(calls);
+    backend_->append_schedule(next_calls);
+  }
 
   void enter(std::size_t index) override {
     // The pre-forward hooks are the mover: running them is all a phase
     // boundary does (the VAE has none: it stays resident).
     nn::ForwardScope scope(pipeline_->component(index));
   }
+  // Every forward fires the component's hooks (streaming follows the calls).
+  void call(std::size_t index) override { enter(index); }
 
   void end_request() override {
     const auto report = backend_->end_request();
     double seconds = 0;
     for (const auto& t : report.transfers) seconds += t.seconds;
     last_device_seconds_ = seconds;
+    last_exposed_seconds_ = report.exposed_transfer_seconds;
     note_host();
+    Strategy::end_request();
   }
 
   std::optional<double> device_timed_transfer_seconds() override { return last_device_seconds_; }
+  std::optional<double> exposed_transfer_seconds() override { return last_exposed_seconds_; }
 
   HostBytes host_bytes() override {
     if (!backend_) return {};
@@ -84,9 +113,12 @@ class OmniStrategy final : public Strategy {
   }
 
   device::Device& device_;
+  OmniMode mode_;
+  std::uint64_t device_budget_;
   ProfilePipeline* pipeline_ = nullptr;
-  std::unique_ptr<offload::ModelLevelOffloadBackend> backend_;
+  std::unique_ptr<offload::OffloadBackend> backend_;
   std::optional<double> last_device_seconds_;
+  std::optional<double> last_exposed_seconds_;
   HostBytes peak_;
 };
 
@@ -336,6 +368,7 @@ class AccelerateStrategy final : public Strategy {
     for (auto& c : components_)
       for (auto& t : c.tensors) mover_.to_host_pageable(t);
     device_.release_cached_memory();
+    Strategy::end_request();
   }
 
   HostBytes host_bytes() override { return mover_.now(); }
@@ -351,8 +384,9 @@ class AccelerateStrategy final : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_omni_strategy(device::Device& device) {
-  return std::make_unique<OmniStrategy>(device);
+std::unique_ptr<Strategy> make_omni_strategy(device::Device& device, OmniMode mode,
+                                             std::uint64_t device_budget) {
+  return std::make_unique<OmniStrategy>(device, mode, device_budget);
 }
 std::unique_ptr<Strategy> make_copy_back_strategy(device::Device& device) {
   return std::make_unique<CopyBackStrategy>(device);

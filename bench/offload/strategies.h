@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bench/offload/profile_pipeline.h"
 #include "bench/offload/weight_profile.h"
@@ -49,12 +50,27 @@ class Strategy {
   virtual WeightStorage storage() const = 0;
   // Everything done before the first request: the cold start.
   virtual void enable(ProfilePipeline& pipeline, const WeightProfile& profile) = 0;
-  virtual void begin_request() {}
+  // `calls`: the component calls of this request and of the one queued
+  // behind it (empty when there is none), for strategies that read ahead.
+  virtual void begin_request(const std::vector<std::string>& calls = {},
+                             const std::vector<std::string>& next_calls = {}) {}
   // The phase boundary before component `index` of the profile runs: what
   // the strategy moves there. May return before the copies finish.
   virtual void enter(std::size_t index) = 0;
+  // A call of component `index` (modeled runs make several per component in
+  // a row): the hooks a forward fires. By default the phase boundary, once.
+  virtual void call(std::size_t index) {
+    if (index != last_call_) enter(index);
+    last_call_ = index;
+  }
+  // Whether enter() returns with copies still in flight that compute will
+  // wait for block by block (so a swap's time is not enter + synchronize).
+  virtual bool streams() const { return false; }
+  // Transfer time compute waited for in the last request, when the strategy
+  // records it (Note [Exposed and hidden transfer]).
+  virtual std::optional<double> exposed_transfer_seconds() { return std::nullopt; }
   // After the request's last component.
-  virtual void end_request() {}
+  virtual void end_request() { last_call_ = static_cast<std::size_t>(-1); }
   // Transfer time of the last request measured on the device (events), when
   // the strategy keeps such a record.
   virtual std::optional<double> device_timed_transfer_seconds() { return std::nullopt; }
@@ -63,9 +79,18 @@ class Strategy {
   virtual HostBytes host_peak() = 0;
   // Removes hooks and drops every buffer the strategy owns; never throws.
   virtual void teardown() noexcept = 0;
+
+ private:
+  std::size_t last_call_ = static_cast<std::size_t>(-1);
 };
 
-std::unique_ptr<Strategy> make_omni_strategy(device::Device& device);
+// omni: ModelLevelOffloadBackend with whole-component swaps (the seed's
+// strict mode); omni-streamed: the same with streaming (Note [Streaming
+// model-level offload]), `device_budget` bytes of weights at most (capacity
+// minus the reserve); all-resident: every component uploaded once at enable.
+enum class OmniMode { whole_components, streamed, all_resident };
+std::unique_ptr<Strategy> make_omni_strategy(device::Device& device, OmniMode mode,
+                                             std::uint64_t device_budget = 0);
 std::unique_ptr<Strategy> make_copy_back_strategy(device::Device& device);
 std::unique_ptr<Strategy> make_accelerate_strategy(device::Device& device);
 
