@@ -6,7 +6,8 @@
 # leaves logs and JSON in $OUT.
 #
 #   scripts/gpu-check.sh vendor                                        (here, first)
-#   scripts/gpu-check.sh [all|build|run|test|bench-small|bench-full]   (there; default all)
+#   scripts/gpu-check.sh [all|build|run|test|bench-small|bench-full|bench-streamed]
+#                                                                      (there; default all)
 #
 # How a session runs it:
 #   1. Here (Debian, the project's packages installed): `scripts/gpu-check.sh
@@ -47,8 +48,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
 stage=${1:-all}
-case "$stage" in vendor | all | build | run | test | bench-small | bench-full) ;; *)
-  echo "usage: $0 [vendor|all|build|run|test|bench-small|bench-full]" >&2
+case "$stage" in vendor | all | build | run | test | bench-small | bench-full | bench-streamed) ;; *)
+  echo "usage: $0 [vendor|all|build|run|test|bench-small|bench-full|bench-streamed]" >&2
   exit 2
   ;;
 esac
@@ -317,10 +318,15 @@ for s in j["strategies"]:
     med = lambda x: (x or {}).get("median")
     e = s["expert_swap"]
     ts = med((s.get("per_request") or {}).get("transfer_seconds"))
+    ex = med((s.get("per_request") or {}).get("exposed_transfer_seconds"))
+    rq = med((s.get("per_request") or {}).get("seconds"))
     sw, gb = med(e["seconds"]), med(e["gbps"])
     print(f"    {s['name']:<12} expert swap "
           + (f"{sw:.4f} s, {gb:.1f} GB/s" if sw is not None and gb is not None else "n/a")
           + (f", transfer/request {ts:.3f} s" if ts is not None else "")
+          + (f", exposed/request {ex:.3f} s" if ex is not None else "")
+          + (f", request {rq:.3f} s" if rq is not None else "")
+          + f", peak device {s['peak_device_bytes']} B"
           + f", d2h {s['d2h_bytes']} B, pinned peak {s['pinned_host_bytes_peak']} B")
 for t in j["targets"]:
     verdict = "n/a " if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
@@ -337,6 +343,9 @@ case "$stage" in
     # Small first: its figures survive whatever happens to the big run.
     bench small 150 --scale 1/16 --requests 4 --repeats 3 || status=1
     run_tests || status=1
+    # Streaming against whole swaps and no offload, modeled compute at 1/4 scale.
+    bench streamed 200 --scale 1/4 --strategies all-resident,omni,omni-streamed \
+      --requests 3 --repeats 1 || status=1
     bench full 600 --scale 1 --requests 3 --repeats 1 || status=1
     ;;
   build) build || status=1 ;;
@@ -348,6 +357,10 @@ case "$stage" in
   test) run_tests || status=1 ;;
   bench-small) bench small 300 --scale 1/16 --requests 4 --repeats 3 || status=1 ;;
   bench-full) bench full 600 --scale 1 --requests 4 --repeats 1 || status=1 ;;
+  bench-streamed)
+    bench streamed 400 --scale 1/4 --strategies all-resident,omni,omni-streamed \
+      --requests 3 --repeats 1 || status=1
+    ;;
 esac
 say "done in $(($(date +%s) - START)) s, status $status"
 echo "== summary"
