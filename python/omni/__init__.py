@@ -90,6 +90,9 @@ class Omni:
         or the simulated stand-in accelerator "sim" when offload is enabled.
     dtype: "float32" | "bfloat16" | "float16" (or a torch.dtype).
     sim_memory: capacity of the sim device, bytes or a size such as "2GiB".
+    sim_link_gbps: speed of the sim device's host-to-device link in GB/s (0: memcpy speed).
+    offload_streaming: "on" (default) hides phase boundaries behind compute block by block;
+        "off" swaps whole components (the CLI's --offload-streaming).
     pin_memory: page-lock the weights' host homes (pageable when False).
     max_pin_chunk_bytes: the largest single pinned allocation.
     split_components: for split models, the sub-components to swap (all when empty).
@@ -111,6 +114,8 @@ class Omni:
         device: str = "auto",
         dtype: Any = "float32",
         sim_memory: Union[int, str] = "64GiB",
+        sim_link_gbps: float = 0.0,
+        offload_streaming: Union[str, bool] = "on",
         pin_memory: bool = True,
         max_pin_chunk_bytes: int = 256 << 20,
         split_components: Sequence[str] = (),
@@ -125,6 +130,8 @@ class Omni:
                 )
         if vae_use_tiling:
             raise NotImplementedError("vae_use_tiling=True: this engine's VAE has no tiled decode")
+        if offload_streaming not in ("on", "off", True, False):
+            raise ConfigError(f"offload_streaming must be 'on' or 'off', got {offload_streaming!r}")
         if isinstance(split_components, str):
             raise TypeError("split_components must be a sequence of names, not a string")
         self._engine = _omni.Engine(
@@ -133,6 +140,8 @@ class Omni:
             device=device,
             dtype=str(dtype).removeprefix("torch."),
             sim_memory=sim_memory,
+            sim_link_gbps=float(sim_link_gbps),
+            offload_streaming=offload_streaming in ("on", True),
             pin_memory=bool(pin_memory),
             max_pin_chunk_bytes=max_pin_chunk_bytes,
             split_components=list(split_components),

@@ -16,6 +16,8 @@ class Engine:
         device: str,
         dtype: str,
         sim_memory: Union[int, str],
+        sim_link_gbps: float,
+        offload_streaming: bool,
         pin_memory: bool,
         max_pin_chunk_bytes: int,
         split_components: Sequence[str],

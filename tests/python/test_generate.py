@@ -95,3 +95,20 @@ def test_the_same_seed_writes_the_same_png_and_report_as_the_cli(omni_binary, tm
     assert untimed(report) == untimed(expected)
     assert report["strategy"] == "model-level" and report["simulated"] is True
     assert report["pinned_host_bytes"] > 0 and report["d2h_bytes"] == 0
+
+
+def test_streaming_and_whole_swaps_give_the_same_frames_and_report_exposure():
+    frames = {}
+    for streaming in ("on", "off"):
+        with omni.Omni(MODEL, enable_cpu_offload=True, offload_streaming=streaming,
+                       sim_link_gbps=1.0) as e:
+            frames[streaming] = e.generate(PROMPT, num_inference_steps=STEPS, num_frames=1, seed=9)
+            report = e.offload_report()
+        assert report["streaming"] == (streaming == "on")
+        assert report["exposed_transfer_seconds"] >= 0.0
+        assert report["hidden_transfer_seconds"] >= 0.0
+        for c in report["components"]:
+            assert "exposed_transfer_seconds" in c and "hidden_transfer_seconds" in c
+    assert np.array_equal(frames["on"], frames["off"])
+    with pytest.raises(omni.ConfigError, match="offload_streaming"):
+        omni.Omni(MODEL, enable_cpu_offload=True, offload_streaming="sometimes")
