@@ -47,10 +47,21 @@ void Metrics::observe_request(const std::string& endpoint, const std::string& me
   h.sum += seconds;
 }
 
-void Metrics::observe_generation(const std::string& kind, bool ok, double seconds) {
+void Metrics::observe_generation(const std::string& kind, GenerationOutcome outcome,
+                                 double seconds) {
   std::lock_guard lock(mutex_);
   auto& g = generations_[kind];
-  ++(ok ? g.ok : g.error);
+  switch (outcome) {
+    case GenerationOutcome::ok:
+      ++g.ok;
+      break;
+    case GenerationOutcome::error:
+      ++g.error;
+      break;
+    case GenerationOutcome::cancelled:
+      ++g.cancelled;
+      break;
+  }
   g.seconds += seconds;
 }
 
@@ -154,11 +165,20 @@ std::string Metrics::render(const QueueGauges& queue) const {
   w.sample("omni_jobs_running", {}, queue.running ? 1 : 0);
   w.family("omni_video_jobs", "gauge", "Video job records held (queued, running and finished).");
   w.sample("omni_video_jobs", {}, queue.video_jobs);
+  w.family("omni_http_connections_open", "gauge", "HTTP connections being served.");
+  w.sample("omni_http_connections_open", {}, queue.connections_open);
+  w.family("omni_http_connections_max", "gauge",
+           "Most HTTP connections served at once (--max-connections).");
+  w.sample("omni_http_connections_max", {}, queue.connections_max);
+  w.family("omni_http_connections_refused_total", "counter",
+           "HTTP connections answered 503 because --max-connections were open.");
+  w.sample("omni_http_connections_refused_total", {}, queue.connections_refused);
 
   w.family("omni_generations_total", "counter", "Generations run by the engine, by outcome.");
   for (const auto& [kind, g] : generations_) {
     w.sample("omni_generations_total", {{"kind", kind}, {"outcome", "ok"}}, g.ok);
     w.sample("omni_generations_total", {{"kind", kind}, {"outcome", "error"}}, g.error);
+    w.sample("omni_generations_total", {{"kind", kind}, {"outcome", "cancelled"}}, g.cancelled);
   }
   w.family("omni_generation_seconds_total", "counter", "Engine time spent generating.");
   for (const auto& [kind, g] : generations_)

@@ -5,6 +5,8 @@
 //   omni_http_request_duration_seconds{endpoint}            histogram
 //   omni_queue_depth / omni_queue_capacity / omni_jobs_running   gauges
 //   omni_generations_total{kind,outcome}, omni_generation_seconds_total{kind}
+//   omni_http_connections_open / omni_http_connections_max   gauges
+//   omni_http_connections_refused_total                      counter
 //   omni_offload_transfer_bytes_total{component,direction}  counter
 //   omni_offload_transfer_seconds_total{component,direction} counter
 //   omni_offload_transfers_total{component,direction}       counter
@@ -57,7 +59,12 @@ struct QueueGauges {
   std::size_t capacity = 0;
   bool running = false;
   std::size_t video_jobs = 0;  // records in the video job store
+  std::size_t connections_open = 0;
+  std::size_t connections_max = 0;        // --max-connections
+  std::uint64_t connections_refused = 0;  // 503s past the cap, since start
 };
+
+enum class GenerationOutcome { ok, error, cancelled };
 
 class Metrics {
  public:
@@ -67,8 +74,8 @@ class Metrics {
 
   void observe_request(const std::string& endpoint, const std::string& method, int status,
                        double seconds);
-  // kind: "image" | "video"; outcome: "ok" | "error".
-  void observe_generation(const std::string& kind, bool ok, double seconds);
+  // kind: "image" | "video".
+  void observe_generation(const std::string& kind, GenerationOutcome outcome, double seconds);
   // Replaces the offload figures, keeping the largest peak seen so far.
   void publish_offload(OffloadFigures figures);
 
@@ -86,6 +93,7 @@ class Metrics {
   struct Generation {
     std::uint64_t ok = 0;
     std::uint64_t error = 0;
+    std::uint64_t cancelled = 0;
     double seconds = 0;
   };
 
