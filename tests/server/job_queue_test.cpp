@@ -27,6 +27,17 @@ JobQueue::EngineFactory example_engine() {
   };
 }
 
+// A one-frame 16x16 request of `steps` steps.
+pipelines::GenerationRequest tiny_request(int steps = 1) {
+  pipelines::GenerationRequest r;
+  r.prompt = "a red circle";
+  r.steps = steps;
+  r.width = 16;
+  r.height = 16;
+  r.num_frames = 1;
+  return r;
+}
+
 // A job that blocks the worker until `release` is set.
 Job blocking_job(std::promise<void>& started, std::shared_future<void> release) {
   Job job;
@@ -44,13 +55,8 @@ TEST(JobQueue, RunsJobsOnOneThreadInInferenceMode) {
   std::promise<std::pair<std::thread::id, bool>> seen;
   Job job;
   job.run = [&](Omni& engine) {
-    pipelines::GenerationRequest r;
-    r.prompt = "a red circle";
-    r.steps = 1;
-    r.width = 16;
-    r.height = 16;
-    r.num_frames = 1;
-    EXPECT_EQ(engine.generate(r).frames.sizes(), (std::vector<std::int64_t>{1, 16, 16, 3}));
+    EXPECT_EQ(engine.generate(tiny_request()).frames.sizes(),
+              (std::vector<std::int64_t>{1, 16, 16, 3}));
     seen.set_value({std::this_thread::get_id(), c10::InferenceMode::is_enabled()});
   };
   ASSERT_EQ(queue.submit(std::move(job)), SubmitResult::accepted);
@@ -144,14 +150,9 @@ TEST(JobQueue, CancellingTheRunningJobByIdReachesItsProgressCheck) {
   Job job;
   job.id = "request-1";
   job.run = [&, cancellation = job.cancellation](Omni& engine) {
-    pipelines::GenerationRequest r;
-    r.prompt = "a red circle";
-    r.steps = 1000;  // far longer than the test waits
-    r.width = 16;
-    r.height = 16;
-    r.num_frames = 1;
     try {
-      engine.generate(r, [&](int step, int) {
+      // 1000 steps: far longer than the test waits.
+      engine.generate(tiny_request(1000), [&](int step, int) {
         if (step == 1) started.set_value();
         cancellation->throw_if_cancelled();
       });
@@ -170,13 +171,7 @@ TEST(JobQueue, CancellingTheRunningJobByIdReachesItsProgressCheck) {
   std::promise<void> next;
   Job after;
   after.run = [&](Omni& engine) {
-    pipelines::GenerationRequest r;
-    r.prompt = "x";
-    r.steps = 1;
-    r.width = 16;
-    r.height = 16;
-    r.num_frames = 1;
-    engine.generate(r);
+    engine.generate(tiny_request());
     next.set_value();
   };
   ASSERT_EQ(queue.submit(std::move(after)), SubmitResult::accepted);

@@ -28,6 +28,16 @@ std::string post_head(const std::string& path, const std::string& extra_headers)
          extra_headers + "\r\n";
 }
 
+// Sends a request's head (and nothing of its body) and expects `status` at
+// once, then the connection closed: the body was never waited for.
+void expect_answer_to_head(const ServerProcess& server, const std::string& head, int status) {
+  RawConnection c(server.port());
+  ASSERT_TRUE(c.send(head));
+  c.receive(5s);
+  EXPECT_EQ(c.status(), status) << c.received();
+  EXPECT_TRUE(c.wait_closed(5s));
+}
+
 bool engine_running(const ServerProcess& server) {
   const auto r = server.client(5s)->Get("/health");
   return r && json::parse(r->body)["queue"]["running"] == true;
@@ -77,22 +87,15 @@ TEST(ServerHostile, AWrongKeyIsRefusedBeforeTheBodyIsRead) {
   ServerProcess server({"--api-key", "k"});
   for (const std::string framing : {"Transfer-Encoding: chunked\r\n", "Content-Length: 1000\r\n"}) {
     SCOPED_TRACE(framing);
-    RawConnection c(server.port());
-    // Only the head: an answer now means the body was never waited for.
-    ASSERT_TRUE(c.send(post_head("/v1/videos", "Authorization: Bearer wrong\r\n" + framing)));
-    c.receive(5s);
-    EXPECT_EQ(c.status(), 401) << c.received();
-    EXPECT_TRUE(c.wait_closed(5s));
+    expect_answer_to_head(
+        server, post_head("/v1/videos", "Authorization: Bearer wrong\r\n" + framing), 401);
   }
 }
 
 TEST(ServerHostile, DeclaredBodiesOverMaxBodyAre413AtOnce) {
   ServerProcess server({"--max-body", "64KiB"});
-  RawConnection c(server.port());
-  ASSERT_TRUE(c.send(post_head("/v1/images/generations", "Content-Length: 104857600\r\n")));
-  c.receive(5s);
-  EXPECT_EQ(c.status(), 413) << c.received();
-  EXPECT_TRUE(c.wait_closed(5s));
+  expect_answer_to_head(server,
+                        post_head("/v1/images/generations", "Content-Length: 104857600\r\n"), 413);
 }
 
 // A client sending its headers a byte at a time is cut off at --receive-timeout.
@@ -174,11 +177,7 @@ TEST(ServerHostile, FramingMistakesAre400) {
         "Content-Length: 5\r\nContent-Length: 6\r\n",
         "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "Transfer-Encoding: gzip\r\n"}) {
     SCOPED_TRACE(headers);
-    RawConnection c(server.port());
-    ASSERT_TRUE(c.send(post_head("/v1/videos", headers)));
-    c.receive(5s);
-    EXPECT_EQ(c.status(), 400) << c.received();
-    EXPECT_TRUE(c.wait_closed(5s));
+    expect_answer_to_head(server, post_head("/v1/videos", headers), 400);
   }
 }
 
