@@ -58,6 +58,7 @@ struct GenerateOptions {
   std::string device = "auto";
   std::string dtype = "float32";
   std::string sim_memory = "64GiB";
+  std::string prompt_cache = "256MiB";
   std::string report_json;
   bool quiet = false;
 };
@@ -123,6 +124,7 @@ int generate(const GenerateOptions& o) {
   args.device = o.device;
   args.dtype = o.dtype;
   args.sim_memory_bytes = device::parse_byte_size(o.sim_memory);
+  args.prompt_cache_bytes = device::parse_byte_size(o.prompt_cache);
   GenerationRequest request;
   request.prompt = o.prompt;
   request.negative_prompt = o.negative_prompt;
@@ -159,6 +161,9 @@ int generate(const GenerateOptions& o) {
     auto json = result.report.to_json();
     json["seconds"] = result.seconds;
     json["seed"] = result.request.seed;
+    json["prompt_cache"] = {{"hits", result.prompt_cache_hits},
+                            {"misses", result.prompt_cache_misses},
+                            {"text_encoder_ran", result.text_encoder_ran()}};
     std::ofstream out(o.report_json);
     OMNI_CHECK(out.good(), FormatError, o.report_json, ": cannot create report file");
     out << json.dump(2) << "\n";
@@ -196,6 +201,9 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--dtype", options->dtype, "float32 | bfloat16 | float16")->capture_default_str();
   cmd->add_option("--sim-memory", options->sim_memory, "Capacity of the sim device (e.g. 2GiB)")
+      ->capture_default_str();
+  cmd->add_option("--prompt-cache", options->prompt_cache,
+                  "Bytes of text-encoder outputs kept for repeated prompts (0: off)")
       ->capture_default_str();
   cmd->add_option("--report-json", options->report_json, "Write the offload report as JSON");
   cmd->add_flag("--quiet,-q", options->quiet, "Print nothing but errors");

@@ -30,6 +30,7 @@ struct ServeOptions {
   std::string dtype = "float32";
   std::string sim_memory = "64GiB";
   std::string max_body = "1MiB";
+  std::string prompt_cache = "256MiB";
   server::ServerOptions server;
 };
 
@@ -115,6 +116,7 @@ int serve(ServeOptions& o) {
   args.device = o.device;
   args.dtype = o.dtype;
   args.sim_memory_bytes = device::parse_byte_size(o.sim_memory);
+  args.prompt_cache_bytes = device::parse_byte_size(o.prompt_cache);
   o.server.max_body_bytes = device::parse_byte_size(o.max_body);
 
   SignalWaiter signals;  // Note [Signals in omni serve]
@@ -164,6 +166,9 @@ void add_serve_command(CLI::App& app) {
       ->envname("OMNI_API_KEY");
   cmd->add_option("--max-queue", o->server.max_queue,
                   "Requests that may wait for the engine; more get 503")
+      ->capture_default_str();
+  cmd->add_option("--prompt-cache", o->prompt_cache,
+                  "Bytes of text-encoder outputs kept for repeated prompts (0: off)")
       ->capture_default_str();
   cmd->add_option("--max-body", o->max_body,
                   "Largest request body, chunked or not (e.g. 1MiB); more get 413")

@@ -41,6 +41,7 @@ void run_video_job(Service& s, const std::string& id, const pipelines::Generatio
 void publish_figures(Service& s, Omni& engine) noexcept {
   try {
     s.metrics.publish_offload(OffloadFigures::from_report(engine.offload_report()));
+    s.metrics.publish_prompt_cache(engine.prompt_cache_stats());
   } catch (const std::exception& e) {
     log_line(std::string("publishing offload figures failed: ") + first_line(e.what()));
   }

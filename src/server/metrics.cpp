@@ -65,6 +65,11 @@ void Metrics::observe_generation(const std::string& kind, GenerationOutcome outc
   g.seconds += seconds;
 }
 
+void Metrics::publish_prompt_cache(const pipelines::PromptCacheStats& stats) {
+  std::lock_guard lock(mutex_);
+  prompt_cache_ = stats;
+}
+
 void Metrics::publish_offload(OffloadFigures figures) {
   std::lock_guard lock(mutex_);
   figures.peak_resident_bytes = std::max(figures.peak_resident_bytes, offload_.peak_resident_bytes);
@@ -173,6 +178,18 @@ std::string Metrics::render(const QueueGauges& queue) const {
   w.family("omni_http_connections_refused_total", "counter",
            "HTTP connections answered 503 because --max-connections were open.");
   w.sample("omni_http_connections_refused_total", {}, queue.connections_refused);
+
+  w.family("omni_prompt_cache_hits_total", "counter",
+           "Prompt encodings taken from the prompt cache (the text encoder did not run).");
+  w.sample("omni_prompt_cache_hits_total", {}, prompt_cache_.hits);
+  w.family("omni_prompt_cache_misses_total", "counter",
+           "Prompt encodings the text encoder ran (not in the prompt cache).");
+  w.sample("omni_prompt_cache_misses_total", {}, prompt_cache_.misses);
+  w.family("omni_prompt_cache_bytes", "gauge", "Bytes the prompt cache holds.");
+  w.sample("omni_prompt_cache_bytes", {}, prompt_cache_.bytes);
+  w.family("omni_prompt_cache_capacity_bytes", "gauge",
+           "The prompt cache's bound (--prompt-cache).");
+  w.sample("omni_prompt_cache_capacity_bytes", {}, prompt_cache_.capacity_bytes);
 
   w.family("omni_generations_total", "counter", "Generations run by the engine, by outcome.");
   for (const auto& [kind, g] : generations_) {

@@ -44,6 +44,9 @@ EngineArgs example_args(bool offload) {
   args.enable_cpu_offload = offload;
   args.device = "sim";
   args.offload.quiet = true;
+  // Every request runs its encoder: the residency sequences below are the
+  // offload contract's, not the prompt cache's (Note [Prompt cache]).
+  args.prompt_cache_bytes = 0;
   return args;
 }
 

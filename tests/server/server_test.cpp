@@ -455,6 +455,32 @@ TEST_F(ServerTest, NoSeedPicksOneAndTheReplySaysIt) {
   EXPECT_EQ(sync->get_header_value("X-Omni-Num-Frames"), "5");
 }
 
+// Issue 28 item 3: a repeated prompt (and the shared negative prompt) skips
+// the text encoder; /metrics counts it.
+TEST_F(ServerTest, RepeatedPromptsHitThePromptCache) {
+  auto c = server_->client();
+  auto hits = [&] {
+    return metric(c->Get("/metrics")->body, "omni_prompt_cache_hits_total").value_or(-1);
+  };
+  const std::string request =
+      R"({"prompt": "a prompt only this test sends", "size": "32x32", "num_inference_steps": 2,
+          "seed": 1})";
+  ASSERT_EQ(c->Post("/v1/images/generations", request, "application/json")->status, 200);
+  const double before = hits();
+  const auto first = c->Get("/metrics")->body;
+  ASSERT_EQ(c->Post("/v1/images/generations", request, "application/json")->status, 200);
+  const auto second = c->Get("/metrics")->body;
+  EXPECT_EQ(hits(), before + 2);  // the prompt and the negative prompt
+  EXPECT_EQ(metric(second, "omni_prompt_cache_misses_total"),
+            metric(first, "omni_prompt_cache_misses_total"));
+  EXPECT_EQ(
+      metric(second, R"(omni_offload_transfers_total{component="text_encoder",direction="h2d"})"),
+      metric(first, R"(omni_offload_transfers_total{component="text_encoder",direction="h2d"})"))
+      << "a hit must not upload the encoder";
+  EXPECT_GT(metric(second, "omni_prompt_cache_bytes").value_or(0), 0);
+  EXPECT_EQ(metric(second, "omni_prompt_cache_capacity_bytes"), 256 << 20);
+}
+
 TEST_F(ServerTest, BodiesOverMaxBodyAre413) {
   auto c = server_->client();
   const std::string big = R"({"prompt": ")" + std::string(100 * 1024, 'a') + R"("})";

@@ -7,6 +7,8 @@
 //   omni_generations_total{kind,outcome}, omni_generation_seconds_total{kind}
 //   omni_http_connections_open / omni_http_connections_max   gauges
 //   omni_http_connections_refused_total                      counter
+//   omni_prompt_cache_hits_total / omni_prompt_cache_misses_total  counters
+//   omni_prompt_cache_bytes / omni_prompt_cache_capacity_bytes     gauges
 //   omni_offload_transfer_bytes_total{component,direction}  counter
 //   omni_offload_transfer_seconds_total{component,direction} counter
 //   omni_offload_transfers_total{component,direction}       counter
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "omni/offload/report.h"
+#include "omni/pipelines/prompt_cache.h"
 
 namespace omni::server {
 
@@ -78,6 +81,8 @@ class Metrics {
   void observe_generation(const std::string& kind, GenerationOutcome outcome, double seconds);
   // Replaces the offload figures, keeping the largest peak seen so far.
   void publish_offload(OffloadFigures figures);
+  // Replaces the prompt cache's counters (Omni::prompt_cache_stats, engine thread).
+  void publish_prompt_cache(const pipelines::PromptCacheStats& stats);
 
   // Requests counted so far for (endpoint, method, status); for tests and /health.
   std::uint64_t requests(const std::string& endpoint, const std::string& method, int status) const;
@@ -102,6 +107,7 @@ class Metrics {
   std::map<std::string, Histogram> latency_;
   std::map<std::string, Generation> generations_;
   OffloadFigures offload_;
+  pipelines::PromptCacheStats prompt_cache_;
 };
 
 }  // namespace omni::server
