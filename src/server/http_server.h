@@ -11,7 +11,7 @@
 // response writer (process_request):
 //
 // - At most `max_connections` connections are served at once; the pool has
-//   that many threads plus a reserve, so an accepted connection never waits
+//   that many threads plus a reserve, so an admitted connection never waits
 //   for a thread. A connection past the cap gets a 503 and is closed.
 // - A connection waits at most `keep_alive_timeout` for a request to start.
 //   From its first byte, a request's head and body must arrive within

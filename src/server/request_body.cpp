@@ -48,6 +48,11 @@ class BodyBudget {
 
 }  // namespace
 
+bool has_body(const httplib::Request& req) {
+  return req.has_header("Transfer-Encoding") ||
+         (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
+}
+
 RequestBody read_request_body(const httplib::Request& req, const httplib::ContentReader& reader,
                               std::uint64_t max_bytes) {
   RequestBody body;

@@ -18,6 +18,10 @@ struct RequestBody {
   FormFields fields;  // is_form
 };
 
+// Whether the request declares a body (a non-zero Content-Length, or any
+// Transfer-Encoding).
+bool has_body(const httplib::Request& req);
+
 // Reads the body through httplib's content reader, counting every byte it
 // delivers (after chunked and gzip decoding) against `max_bytes` as it
 // arrives, so nothing over the limit is ever buffered. ApiError too_large

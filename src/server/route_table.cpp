@@ -1,6 +1,8 @@
 #include "route_table.h"
 
 #include "http_reply.h"
+#include "http_server.h"
+#include "request_body.h"
 
 namespace omni::server {
 
@@ -30,10 +32,24 @@ void RouteTable::post(const std::string& pattern, const std::string& label, Acce
   http_.Post(pattern, [this, access, handler = std::move(handler)](
                           const httplib::Request& req, httplib::Response& res,
                           const httplib::ContentReader& reader) {
+    // A body the handler never read (it failed first: a wrong key, a 501)
+    // must not be parsed as the next request on this connection.
+    bool read = false;
+    const httplib::ContentReader tracked(
+        [&](httplib::ContentReceiver receiver) {
+          read = true;
+          return reader(std::move(receiver));
+        },
+        [&](httplib::MultipartContentHeader header, httplib::ContentReceiver receiver) {
+          read = true;
+          return reader(std::move(header), std::move(receiver));
+        });
     answer_guarded(res, [&] {
       if (access == Access::api_key) check_api_key(api_key_, req);
-      handler(req, res, reader);
+      handler(req, res, tracked);
     });
+    if (!read && has_body(req))
+      if (auto* connection = Connection::current()) connection->close_after_response();
   });
 }
 

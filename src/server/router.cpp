@@ -10,6 +10,7 @@
 #include "http_reply.h"
 #include "http_server.h"
 #include "omni/error.h"
+#include "request_body.h"
 #include "service.h"
 
 namespace omni::server {
@@ -32,11 +33,6 @@ using Clock = std::chrono::steady_clock;
 // A request answered here with a body is never read further, so its
 // connection closes after the answer; so does one whose route takes no body
 // but that sent one anyway.
-bool has_body(const httplib::Request& req) {
-  return req.has_header("Transfer-Encoding") ||
-         (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
-}
-
 void check_framing(const httplib::Request& req, std::uint64_t max_body) {
   const auto lengths = req.get_header_value_count("Content-Length");
   const bool chunked = req.has_header("Transfer-Encoding");

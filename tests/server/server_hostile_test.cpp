@@ -92,6 +92,25 @@ TEST(ServerHostile, AWrongKeyIsRefusedBeforeTheBodyIsRead) {
   }
 }
 
+// A body the server answered without reading (a wrong key here) must not be
+// parsed as the next request on the connection: that is request smuggling.
+TEST(ServerHostile, AnUnreadBodyIsNeverParsedAsTheNextRequest) {
+  ServerProcess server({"--api-key", "k"});
+  const std::string smuggled = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (const std::string& path : {std::string("/v1/videos"), std::string("/v1/models")}) {
+    SCOPED_TRACE(path);
+    RawConnection c(server.port());
+    ASSERT_TRUE(c.send(post_head(path, "Authorization: Bearer wrong\r\nContent-Length: " +
+                                           std::to_string(smuggled.size()) + "\r\n") +
+                       smuggled));
+    EXPECT_TRUE(c.wait_closed(10s));
+    EXPECT_EQ(c.status(), path == "/v1/videos" ? 401 : 405) << c.received();
+    EXPECT_EQ(c.received().find("HTTP/1.1", 1), std::string::npos)
+        << "a second response: the body was read as a request\n"
+        << c.received();
+  }
+}
+
 TEST(ServerHostile, DeclaredBodiesOverMaxBodyAre413AtOnce) {
   ServerProcess server({"--max-body", "64KiB"});
   expect_answer_to_head(server,
@@ -139,6 +158,29 @@ TEST(ServerHostile, HealthAnswersUnderFiftySlowAndFiftyIdleConnections) {
     EXPECT_LT(seconds, 1.0);
     for (auto& s : slow) s->send("X");  // still alive, still slow
   }
+}
+
+// Past the cap, a flood of connections that never send a byte is refused
+// quickly enough that a probe still gets an answer.
+TEST(ServerHostile, HealthStillAnswersUnderTwoHundredIdleConnections) {
+  ServerProcess server;  // --max-connections 128
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 200; ++i) idle.push_back(std::make_unique<RawConnection>(server.port()));
+  const auto start = Clock::now();
+  const auto r = server.client(10s)->Get("/health");
+  const double seconds = seconds_since(start);
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_TRUE(r->status == 200 || r->status == 503) << r->status;
+  std::cerr << "/health under 200 idle connections: " << r->status << " in " << seconds * 1e3
+            << " ms\n";
+  EXPECT_LT(seconds, 5.0);
+  // Within the idle timeout (2 s) the admitted ones are closed and it is 200 again.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        const auto h = server.client(5s)->Get("/health");
+        return h && h->status == 200;
+      },
+      10s));
 }
 
 TEST(ServerHostile, ConnectionsPastTheCapGet503) {
