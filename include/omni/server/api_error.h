@@ -3,9 +3,11 @@
 //   {"error": {"message": "...", "type": "invalid_request_error", "code": "...", "param": ...}}
 //
 // Note [HTTP error translation]
-// Errors are translated once, at the route boundary (router.cpp): an ApiError
-// keeps its kind; omni::InvalidRequest (the pipeline rejecting a value) is
-// 422; every other exception is 500 and means a bug or a broken engine. The
+// Errors are translated once, at the route boundary (http_reply.cpp's
+// translate_current_exception): an ApiError keeps its kind;
+// omni::InvalidRequest (the pipeline rejecting a value) is 422;
+// omni::Cancelled (a request stopped at shutdown or when its client left) is
+// 503; every other exception is 500 and means a bug or a broken engine. The
 // kinds below are the whole vocabulary; a new status needs a new kind.
 #pragma once
 

@@ -7,7 +7,7 @@
 //   std::thread stopper([&] { wait_for_signal(); server.stop(); });
 //   server.run();                     // until stop(); then drains (--shutdown-timeout)
 //
-// Routes (router.cpp): POST /v1/images/generations; POST /v1/videos,
+// Routes (router.h and its route files): POST /v1/images/generations; POST /v1/videos,
 // GET /v1/videos, GET|DELETE /v1/videos/{id}, GET /v1/videos/{id}/content,
 // POST /v1/videos/sync; GET /health, GET /v1/models, GET /metrics. Errors in
 // OpenAI's shape (api_error.h). One request runs at a time on the engine's
