@@ -18,6 +18,7 @@
 #include "omni/offload/backend.h"
 #include "omni/offload/report.h"
 #include "omni/pipelines/pipeline.h"
+#include "omni/pipelines/prompt_cache.h"
 
 namespace omni {
 
@@ -32,6 +33,8 @@ struct EngineArgs {
   // The sim device's link speed in GB/s (Note [The sim link]); 0: memcpy speed.
   double sim_link_gbps = 0;
   // offload.streaming (default on) is --offload-streaming.
+  // Text-encoder outputs kept for reuse (Note [Prompt cache]); 0: none.
+  std::uint64_t prompt_cache_bytes = 256ull << 20;
   offload::OffloadOptions offload;
   device::FaultInjection faults;  // tests only
   // Throws ConfigError naming the bad field.
@@ -44,6 +47,11 @@ struct GenerateResult {
   GenerationRequest request;      // with defaults filled in
   offload::OffloadReport report;  // this request only
   double seconds = 0;
+  // This request's prompt encodings: taken from the prompt cache, or run
+  // through the text encoder (pipelines that encode no prompt count none).
+  std::uint64_t prompt_cache_hits = 0;
+  std::uint64_t prompt_cache_misses = 0;
+  bool text_encoder_ran() const { return prompt_cache_misses > 0; }
   // Writes frames (see io::write_frames); returns the files written.
   std::vector<std::filesystem::path> save(const std::filesystem::path& path) const;
 };
@@ -63,6 +71,8 @@ class Omni {
 
   // Everything since load.
   offload::OffloadReport offload_report();
+  // The prompt cache's counters since load. Thread-safe.
+  pipelines::PromptCacheStats prompt_cache_stats() const { return prompt_cache_.stats(); }
   const EngineArgs& args() const { return args_; }
   device::Device& device() { return *device_; }
   pipelines::Pipeline& pipeline() { return *pipeline_; }
@@ -73,6 +83,7 @@ class Omni {
   std::unique_ptr<device::Device> device_;
   std::shared_ptr<pipelines::Pipeline> pipeline_;
   std::unique_ptr<offload::OffloadBackend> backend_;
+  pipelines::PromptCache prompt_cache_;
 };
 
 torch::ScalarType parse_dtype(const std::string& name);

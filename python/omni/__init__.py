@@ -91,6 +91,8 @@ class Omni:
     dtype: "float32" | "bfloat16" | "float16" (or a torch.dtype).
     sim_memory: capacity of the sim device, bytes or a size such as "2GiB".
     sim_link_gbps: speed of the sim device's host-to-device link in GB/s (0: memcpy speed).
+    prompt_cache: bytes of text-encoder outputs kept for repeated prompts (0: off), bytes or a
+        size such as "256MiB".
     offload_streaming: "on" (default) hides phase boundaries behind compute block by block;
         "off" swaps whole components (the CLI's --offload-streaming).
     pin_memory: page-lock the weights' host homes (pageable when False).
@@ -115,6 +117,7 @@ class Omni:
         dtype: Any = "float32",
         sim_memory: Union[int, str] = "64GiB",
         sim_link_gbps: float = 0.0,
+        prompt_cache: Union[int, str] = "256MiB",
         offload_streaming: Union[str, bool] = "on",
         pin_memory: bool = True,
         max_pin_chunk_bytes: int = 256 << 20,
@@ -141,6 +144,7 @@ class Omni:
             dtype=str(dtype).removeprefix("torch."),
             sim_memory=sim_memory,
             sim_link_gbps=float(sim_link_gbps),
+            prompt_cache=prompt_cache,
             offload_streaming=offload_streaming in ("on", True),
             pin_memory=bool(pin_memory),
             max_pin_chunk_bytes=max_pin_chunk_bytes,

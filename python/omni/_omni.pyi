@@ -17,6 +17,7 @@ class Engine:
         dtype: str,
         sim_memory: Union[int, str],
         sim_link_gbps: float,
+        prompt_cache: Union[int, str],
         offload_streaming: bool,
         pin_memory: bool,
         max_pin_chunk_bytes: int,

@@ -1,3 +1,9 @@
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -6,6 +12,7 @@
 #include "cli/progress_bar.h"
 #include "omni/error.h"
 #include "omni/omni.h"
+#include "omni/random_seed.h"
 
 namespace omni::cli {
 
@@ -40,7 +47,7 @@ struct GenerateOptions {
   std::string model;
   std::string prompt;
   std::string negative_prompt;
-  std::uint64_t seed = 0;
+  std::string seed = "-1";  // -1: pick one (parse_seed)
   std::optional<int> steps;
   std::string size;
   std::optional<int> num_frames;
@@ -53,6 +60,7 @@ struct GenerateOptions {
   std::string dtype = "float32";
   std::string sim_memory = "64GiB";
   OffloadFlags offload_flags;
+  std::string prompt_cache = "256MiB";
   std::string report_json;
   bool quiet = false;
 };
@@ -69,7 +77,49 @@ std::pair<int, int> parse_size(const std::string& size) {
   return {number(size.substr(0, x)), number(size.substr(x + 1))};
 }
 
+// "-1": a random seed (random_seed.h); else a decimal number in 0..2^64-1.
+std::uint64_t parse_seed(const std::string& text) {
+  if (text == "-1") return random_seed();
+  OMNI_CHECK(!text.empty() && text.size() <= 20 &&
+                 text.find_first_not_of("0123456789") == std::string::npos,
+             InvalidRequest, "--seed must be an integer in 0..18446744073709551615 or -1, got '",
+             text, "'");
+  errno = 0;
+  const auto value = std::strtoull(text.c_str(), nullptr, 10);
+  OMNI_CHECK(errno != ERANGE, InvalidRequest, "--seed must be at most 18446744073709551615, got '",
+             text, "'");
+  return value;
+}
+
+namespace fs = std::filesystem;
+
+// The directory `file` goes into, created as writing it would; FormatError
+// (exit 3) naming it when it cannot be made or written to. Runs before the
+// model loads, so a bad path costs nothing.
+void check_writable(const fs::path& file, const char* what) {
+  const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  std::error_code error;
+  fs::create_directories(dir, error);
+  OMNI_CHECK(!error, FormatError, what, " ", file.string(), ": cannot create directory ",
+             dir.string(), ": ", error.message());
+  OMNI_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, FormatError, what, " ", file.string(),
+             ": directory ", dir.string(), " is not writable: ", std::strerror(errno));
+}
+
+// What io::write_frames accepts, checked before the model loads.
+void check_output(const std::string& output) {
+  const fs::path path(output);
+  const auto ext = path.extension().string();
+  OMNI_CHECK(ext == ".mp4" || ext == ".png" || output.find('%') != std::string::npos, FormatError,
+             output, ": unsupported output format '", ext,
+             "' (use .mp4 for video, .png for a frame or contact sheet, or a pattern like "
+             "frames/%03d.png)");
+  check_writable(path, "output");
+}
+
 int generate(const GenerateOptions& o) {
+  check_output(o.output);
+  if (!o.report_json.empty()) check_writable(o.report_json, "report");
   EngineArgs args;
   args.model = o.model;
   args.enable_cpu_offload = o.offload;
@@ -77,10 +127,11 @@ int generate(const GenerateOptions& o) {
   args.dtype = o.dtype;
   args.sim_memory_bytes = device::parse_byte_size(o.sim_memory);
   o.offload_flags.apply(args);
+  args.prompt_cache_bytes = device::parse_byte_size(o.prompt_cache);
   GenerationRequest request;
   request.prompt = o.prompt;
   request.negative_prompt = o.negative_prompt;
-  request.seed = o.seed;
+  request.seed = parse_seed(o.seed);
   request.steps = o.steps;
   request.num_frames = o.num_frames;
   request.guidance_scale = o.guidance_scale;
@@ -97,13 +148,14 @@ int generate(const GenerateOptions& o) {
                  "figures are simulated\n";
   ProgressBar bar;
   auto result = omni.generate(request, [&](int step, int total) { bar.update(step, total); });
-  const auto files = result.save(o.output);
+  const auto files = detail::with_typed_filesystem_errors([&] { return result.save(o.output); });
   if (!o.quiet) {
     std::cout << "wrote " << files.front().string();
     if (files.size() > 1)
       std::cout << " … " << files.back().string() << " (" << files.size() << " files)";
     std::cout << " — " << result.frames.size(0) << " frame(s) " << result.frames.size(2) << "x"
-              << result.frames.size(1) << " in " << result.seconds << " s\n";
+              << result.frames.size(1) << " in " << result.seconds << " s, seed "
+              << result.request.seed << "\n";
     // Without offload there is nothing to report (strategy "none": no
     // components, no transfers); --report-json still writes it.
     if (result.report.strategy != "none") std::cout << result.report.to_table();
@@ -111,6 +163,10 @@ int generate(const GenerateOptions& o) {
   if (!o.report_json.empty()) {
     auto json = result.report.to_json();
     json["seconds"] = result.seconds;
+    json["seed"] = result.request.seed;
+    json["prompt_cache"] = {{"hits", result.prompt_cache_hits},
+                            {"misses", result.prompt_cache_misses},
+                            {"text_encoder_ran", result.text_encoder_ran()}};
     std::ofstream out(o.report_json);
     OMNI_CHECK(out.good(), FormatError, o.report_json, ": cannot create report file");
     out << json.dump(2) << "\n";
@@ -128,7 +184,8 @@ void add_generate_command(CLI::App& app) {
       ->required();
   cmd->add_option("--prompt,-p", options->prompt, "Text prompt")->required();
   cmd->add_option("--negative-prompt", options->negative_prompt, "Negative prompt (CFG)");
-  cmd->add_option("--seed", options->seed, "Random seed (same seed, same output)");
+  cmd->add_option("--seed", options->seed,
+                  "Seed (same seed, same output); -1 or none: a random one, printed");
   cmd->add_option("--steps", options->steps, "Denoising steps (model default if omitted)");
   cmd->add_option("--size", options->size, "Frame size WxH, multiples of 16 (e.g. 64x64)");
   cmd->add_option("--num-frames", options->num_frames, "Frames, 4k+1 (1, 5, 9, …)");
@@ -149,6 +206,9 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--sim-memory", options->sim_memory, "Capacity of the sim device (e.g. 2GiB)")
       ->capture_default_str();
   options->offload_flags.add_to(*cmd);
+  cmd->add_option("--prompt-cache", options->prompt_cache,
+                  "Bytes of text-encoder outputs kept for repeated prompts (0: off)")
+      ->capture_default_str();
   cmd->add_option("--report-json", options->report_json, "Write the offload report as JSON");
   cmd->add_flag("--quiet,-q", options->quiet, "Print nothing but errors");
   cmd->callback([options] { std::exit(run_guarded([&] { return generate(*options); })); });

@@ -20,7 +20,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every other parse error is a bad command
+    // line: exit 2, as the README documents (CLI11's own codes are 100+).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   return 0;
 }

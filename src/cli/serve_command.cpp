@@ -32,6 +32,7 @@ struct ServeOptions {
   std::string sim_memory = "64GiB";
   OffloadFlags offload_flags;
   std::string max_body = "1MiB";
+  std::string prompt_cache = "256MiB";
   server::ServerOptions server;
 };
 
@@ -41,9 +42,10 @@ struct ServeOptions {
 // would let SIGTERM's default action kill the process through one of them.
 // Instead a handler, which runs on whichever thread the kernel picks, does
 // the one async-signal-safe thing: it writes the signal number to a pipe. A
-// waiter thread reads it and calls ordinary code: the first signal stops
-// accepting and lets the running request finish (exit 0); a second one exits
-// at once from the handler.
+// waiter thread reads it and calls ordinary code: the first signal starts the
+// drain (Server::run: new jobs get 503, queued and running ones go on for at
+// most --shutdown-timeout, then are cancelled; exit 0); a second one exits at
+// once from the handler.
 class SignalWaiter {
  public:
   SignalWaiter() {
@@ -117,6 +119,7 @@ int serve(ServeOptions& o) {
   args.dtype = o.dtype;
   args.sim_memory_bytes = device::parse_byte_size(o.sim_memory);
   o.offload_flags.apply(args);
+  args.prompt_cache_bytes = device::parse_byte_size(o.prompt_cache);
   o.server.max_body_bytes = device::parse_byte_size(o.max_body);
 
   SignalWaiter signals;  // Note [Signals in omni serve]
@@ -128,9 +131,10 @@ int serve(ServeOptions& o) {
     std::cerr << "omni serve: warning: listening on " << o.server.host
               << " without --api-key: anyone who can reach it can use it\n";
   const int port = server.bind();
-  signals.start([&server](int sig) {
+  signals.start([&server, timeout = o.server.shutdown_timeout_seconds](int sig) {
     std::cerr << "omni serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
-              << ": no new requests; finishing the running one\n";
+              << ": no new requests; finishing the queued and running ones for at most " << timeout
+              << " s (--shutdown-timeout)\n";
     server.stop();
   });
   std::cout << "omni serve: " << server.model_id() << " listening on http://" << o.server.host
@@ -167,11 +171,29 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-queue", o->server.max_queue,
                   "Requests that may wait for the engine; more get 503")
       ->capture_default_str();
-  cmd->add_option("--max-body", o->max_body, "Largest request body (e.g. 1MiB); more get 413")
+  cmd->add_option("--prompt-cache", o->prompt_cache,
+                  "Bytes of text-encoder outputs kept for repeated prompts (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--max-body", o->max_body,
+                  "Largest request body, chunked or not (e.g. 1MiB); more get 413")
       ->capture_default_str();
   cmd->add_option("--max-steps", o->server.max_steps, "Largest num_inference_steps accepted")
       ->capture_default_str();
   cmd->add_option("--max-frames", o->server.max_frames, "Largest num_frames accepted")
+      ->capture_default_str();
+  cmd->add_option("--max-cost", o->server.max_cost,
+                  "Largest width x height x frames x steps x n of a request (default: 1280x720, "
+                  "81 frames, 40 steps); more get 422")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", o->server.max_connections,
+                  "Connections served at once; more get 503")
+      ->capture_default_str();
+  cmd->add_option("--receive-timeout", o->server.receive_timeout_seconds,
+                  "Seconds a request's headers and body may take to arrive; then 408")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout", o->server.shutdown_timeout_seconds,
+                  "Seconds SIGTERM/SIGINT lets queued and running requests finish; then they "
+                  "are cancelled")
       ->capture_default_str();
   cmd->add_option("--job-ttl", o->server.job_ttl_seconds,
                   "Seconds a finished video job (and its MP4) is kept")

@@ -28,7 +28,7 @@ std::vector<std::filesystem::path> GenerateResult::save(const std::filesystem::p
   return io::write_frames(path, frames, fps);
 }
 
-Omni::Omni(EngineArgs args) : args_(std::move(args)) {
+Omni::Omni(EngineArgs args) : args_(std::move(args)), prompt_cache_(args_.prompt_cache_bytes) {
   args_.validate();
   device::DeviceOptions options;
   options.sim_memory_bytes = args_.sim_memory_bytes;
@@ -73,7 +73,8 @@ GenerateResult Omni::generate(const GenerationRequest& request,
     backend_->begin_request();
     backend_->set_schedule(pipeline_->call_schedule(result.request));
   }
-  pipelines::RunContext context{device_->compute_device(), progress};
+  pipelines::RunContext context{device_->compute_device(), progress, &prompt_cache_};
+  const auto cache_before = prompt_cache_.stats();
   try {
     torch::NoGradGuard no_grad;
     auto out = pipeline_->run(result.request, context);
@@ -83,6 +84,9 @@ GenerateResult Omni::generate(const GenerationRequest& request,
     translate(e);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto cache_after = prompt_cache_.stats();
+  result.prompt_cache_hits = cache_after.hits - cache_before.hits;
+  result.prompt_cache_misses = cache_after.misses - cache_before.misses;
   if (backend_)
     result.report = backend_->end_request();
   else {

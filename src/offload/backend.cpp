@@ -181,10 +181,13 @@ void OffloadBackend::enter(std::size_t index) {
                to_string(outer.resolved.role), " component '", outer.resolved.path,
                "', which it would evict mid-forward");
   }
-  if (cursor_ < schedule_.size() && schedule_[cursor_] == c.resolved.path) {
-    ++cursor_;
+  // Calls the run skipped (a prompt cache hit skips the encoder) are passed
+  // over; a call the schedule does not have left it: stream without it.
+  const auto from = schedule_.begin() + static_cast<std::ptrdiff_t>(cursor_);
+  if (const auto call = std::find(from, schedule_.end(), c.resolved.path); call != schedule_.end()) {
+    cursor_ = static_cast<std::size_t>(call - schedule_.begin()) + 1;
   } else if (!schedule_.empty()) {
-    schedule_.clear();  // the run left the schedule: stream without it
+    schedule_.clear();
     cursor_ = 0;
   }
   const bool stream = options_.streaming && exclusive();

@@ -3,6 +3,7 @@
 #include "omni/pipelines/wan_pipeline.h"
 
 #include "omni/error.h"
+#include "omni/pipelines/prompt_cache.h"
 
 namespace omni::pipelines {
 
@@ -62,21 +63,26 @@ std::vector<std::string> WanPipeline::call_schedule(const GenerationRequest& r) 
 }
 
 torch::Tensor WanPipeline::encode_prompt(const std::vector<std::string>& prompts,
-                                         torch::Device device) {
+                                         torch::Device device, PromptCache* cache) {
   OMNI_CHECK(has_text_encoder() && tokenizer_, ConfigError,
              "this WanPipeline has no text_encoder/tokenizer; pass prompt embeddings instead");
   const auto tokens = tokenize_prompts(*tokenizer_, prompts, max_sequence_length_);
-  // From page-locked memory without a host sync on a real device.
-  const auto upload = [&](const torch::Tensor& t) {
-    return device.is_cpu() ? t : t.pin_memory().to(device, /*non_blocking=*/true);
-  };
-  const auto ids = upload(tokens.input_ids);
-  const auto mask = upload(tokens.attention_mask);
-  auto hidden = text_encoder(ids, mask);  // runs the encoder's hooks
-  // Trim to each prompt's real length and pad with zeros: the same as zeroing
-  // every position the mask leaves out.
-  hidden = hidden.masked_fill((mask == 0).unsqueeze(-1), 0);
-  return hidden.to(transformer_dtype_);
+  // What changes the output for the same tokens: this encoder, and the dtype it is cast to.
+  const std::string encoder =
+      detail::concat("WanPipeline@", text_encoder.get(), ",", c10::toString(transformer_dtype_));
+  return encode_cached(cache, encoder, {tokens.input_ids, tokens.attention_mask}, device, [&] {
+    // From page-locked memory without a host sync on a real device.
+    const auto upload = [&](const torch::Tensor& t) {
+      return device.is_cpu() ? t : t.pin_memory().to(device, /*non_blocking=*/true);
+    };
+    const auto ids = upload(tokens.input_ids);
+    const auto mask = upload(tokens.attention_mask);
+    auto hidden = text_encoder(ids, mask);  // runs the encoder's hooks
+    // Trim to each prompt's real length and pad with zeros: the same as
+    // zeroing every position the mask leaves out.
+    hidden = hidden.masked_fill((mask == 0).unsqueeze(-1), 0);
+    return hidden.to(transformer_dtype_);
+  });
 }
 
 torch::Tensor WanPipeline::prepare_latents(std::int64_t batch, int height, int width,
@@ -129,8 +135,9 @@ GenerationOutput WanPipeline::run(const GenerationRequest& r, const RunContext& 
   const auto device = ctx.compute;
   const bool cfg = *r.guidance_scale > 1.0;
   // The encoder runs (and is resident) before any expert: both prompts now.
-  const auto prompt_embeds = encode_prompt({r.prompt}, device);
-  const auto negative_embeds = cfg ? encode_prompt({r.negative_prompt}, device) : torch::Tensor();
+  const auto prompt_embeds = encode_prompt({r.prompt}, device, ctx.prompt_cache);
+  const auto negative_embeds =
+      cfg ? encode_prompt({r.negative_prompt}, device, ctx.prompt_cache) : torch::Tensor();
   auto latents = prepare_latents(1, *r.height, *r.width, *r.num_frames, r.seed, device);
   DenoiseArgs args;
   args.steps = *r.steps;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "omni/error.h"
+#include "omni/pipelines/prompt_cache.h"
 
 namespace omni::pipelines {
 
@@ -202,7 +203,9 @@ class WanShapedPipeline final : public Pipeline {
   GenerationOutput run(const GenerationRequest& r, const RunContext& ctx) override {
     const auto dev = ctx.compute;
     auto encode = [&](const std::string& text) {
-      return text_encoder(tokenize(text, config_.vocab, config_.max_tokens).to(dev));
+      const auto ids = tokenize(text, config_.vocab, config_.max_tokens);
+      return encode_cached(ctx.prompt_cache, detail::concat("wan-shaped@", text_encoder.get()),
+                           {ids}, dev, [&] { return text_encoder(ids.to(dev)); });
     };
     auto cond = encode(r.prompt);
     auto uncond = encode(r.negative_prompt);

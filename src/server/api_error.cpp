@@ -10,6 +10,10 @@ int http_status(ErrorKind kind) {
       return 401;
     case ErrorKind::not_found:
       return 404;
+    case ErrorKind::method_not_allowed:
+      return 405;
+    case ErrorKind::timed_out:
+      return 408;
     case ErrorKind::not_ready:
       return 409;
     case ErrorKind::too_large:
@@ -30,6 +34,8 @@ std::string_view error_type(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::malformed:
     case ErrorKind::not_found:
+    case ErrorKind::method_not_allowed:
+    case ErrorKind::timed_out:
     case ErrorKind::not_ready:
     case ErrorKind::too_large:
     case ErrorKind::invalid_value:

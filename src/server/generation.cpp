@@ -14,13 +14,14 @@ namespace fs = std::filesystem;
 
 namespace omni::server {
 
-std::vector<std::string> generate_images(Omni& engine, const ImageRequest& request) {
+std::vector<std::string> generate_images(Omni& engine, const ImageRequest& request,
+                                         const pipelines::ProgressFn& progress) {
   std::vector<std::string> pngs;
   pngs.reserve(static_cast<std::size_t>(request.n));
   for (int i = 0; i < request.n; ++i) {
     auto r = request.request;
     r.seed = request.request.seed + static_cast<std::uint64_t>(i);
-    const auto result = engine.generate(r);
+    const auto result = engine.generate(r, progress);
     pngs.push_back(io::encode_png(result.frames[0]));
   }
   return pngs;

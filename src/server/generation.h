@@ -14,7 +14,8 @@ namespace omni::server {
 // Runs an image request: n generations with seeds seed, seed+1, … (mod 2^64),
 // each the same engine call as `omni generate --num-frames 1`. Returns one PNG
 // per image. Engine thread.
-std::vector<std::string> generate_images(Omni& engine, const ImageRequest& request);
+std::vector<std::string> generate_images(Omni& engine, const ImageRequest& request,
+                                         const pipelines::ProgressFn& progress = {});
 
 // Runs a video request and returns it as MP4 bytes. Engine thread.
 std::string generate_video(Omni& engine, const pipelines::GenerationRequest& request,

@@ -67,16 +67,25 @@ void JobQueue::worker_main(EngineFactory factory, Observer on_loaded, std::promi
         job = std::move(queue_.front());
         queue_.pop_front();
         running_ = true;
+        running_id_ = job.id;
+        running_cancellation_ = job.cancellation;
       }
-      try {
-        job.run(*engine);
-      } catch (const std::exception& e) {
-        log_escaped("a job escaped with an error", e.what());
-      } catch (...) {
-        log_escaped("a job escaped with an error", "unknown exception");
+      if (job.cancellation->cancelled()) {
+        drop(job, describe(job.cancellation->reason()));
+      } else {
+        try {
+          job.run(*engine);
+        } catch (const std::exception& e) {
+          log_escaped("a job escaped with an error", e.what());
+        } catch (...) {
+          log_escaped("a job escaped with an error", "unknown exception");
+        }
       }
       std::lock_guard lock(mutex_);
       running_ = false;
+      running_id_.clear();
+      running_cancellation_.reset();
+      if (queue_.empty()) idle_.notify_all();
     }
   }
   engine.reset();
@@ -91,17 +100,23 @@ SubmitResult JobQueue::submit(Job job) {
   return SubmitResult::accepted;
 }
 
-bool JobQueue::cancel(const std::string& id) {
+bool JobQueue::cancel(const std::string& id, CancelReason reason) {
+  if (id.empty()) return false;
   Job cancelled;
   {
     std::lock_guard lock(mutex_);
-    auto it = std::find_if(queue_.begin(), queue_.end(),
-                           [&](const Job& j) { return !id.empty() && j.id == id; });
+    if (running_ && running_id_ == id) {
+      running_cancellation_->cancel(reason);
+      return true;
+    }
+    auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Job& j) { return j.id == id; });
     if (it == queue_.end()) return false;
     cancelled = std::move(*it);
     queue_.erase(it);
+    if (queue_.empty() && !running_) idle_.notify_all();
   }
-  drop(cancelled, "cancelled");
+  cancelled.cancellation->cancel(reason);
+  drop(cancelled, describe(reason));
   return true;
 }
 
@@ -111,21 +126,30 @@ QueueStats JobQueue::stats() const {
 }
 
 void JobQueue::close() {
+  std::lock_guard lock(mutex_);
+  stopping_ = true;
+  wake_.notify_all();
+}
+
+void JobQueue::abort(CancelReason reason) {
   std::deque<Job> dropped;
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      if (it->drain) {
-        ++it;
-      } else {
-        dropped.push_back(std::move(*it));
-        it = queue_.erase(it);
-      }
-    }
+    dropped.swap(queue_);
+    if (running_) running_cancellation_->cancel(reason);
     wake_.notify_all();
+    if (!running_) idle_.notify_all();
   }
-  for (auto& job : dropped) drop(job, "the server is shutting down");
+  for (auto& job : dropped) {
+    job.cancellation->cancel(reason);
+    drop(job, describe(reason));
+  }
+}
+
+bool JobQueue::wait_idle(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return idle_.wait_for(lock, timeout, [&] { return queue_.empty() && !running_; });
 }
 
 void JobQueue::shutdown() {

@@ -48,11 +48,27 @@ void Metrics::observe_request(const std::string& endpoint, const std::string& me
   h.sum += seconds;
 }
 
-void Metrics::observe_generation(const std::string& kind, bool ok, double seconds) {
+void Metrics::observe_generation(const std::string& kind, GenerationOutcome outcome,
+                                 double seconds) {
   std::lock_guard lock(mutex_);
   auto& g = generations_[kind];
-  ++(ok ? g.ok : g.error);
+  switch (outcome) {
+    case GenerationOutcome::ok:
+      ++g.ok;
+      break;
+    case GenerationOutcome::error:
+      ++g.error;
+      break;
+    case GenerationOutcome::cancelled:
+      ++g.cancelled;
+      break;
+  }
   g.seconds += seconds;
+}
+
+void Metrics::publish_prompt_cache(const pipelines::PromptCacheStats& stats) {
+  std::lock_guard lock(mutex_);
+  prompt_cache_ = stats;
 }
 
 void Metrics::publish_offload(OffloadFigures figures) {
@@ -113,6 +129,12 @@ class Writer {
     else
       out_ << " " << value << "\n";
   }
+  // A family of one unlabelled sample.
+  template <typename V>
+  void scalar(const char* name, const char* type, const char* help, V value) {
+    family(name, type, help);
+    sample(name, {}, value);
+  }
   std::string str() const { return out_.str(); }
 
  private:
@@ -146,20 +168,38 @@ std::string Metrics::render(const QueueGauges& queue) const {
     w.sample("omni_http_request_duration_seconds_count", {{"endpoint", endpoint}}, h.count);
   }
 
-  w.family("omni_queue_depth", "gauge",
-           "Jobs waiting for the engine (not counting the running one).");
-  w.sample("omni_queue_depth", {}, queue.queued);
-  w.family("omni_queue_capacity", "gauge", "Most jobs that may wait (--max-queue).");
-  w.sample("omni_queue_capacity", {}, queue.capacity);
-  w.family("omni_jobs_running", "gauge", "Jobs the engine is running (0 or 1).");
-  w.sample("omni_jobs_running", {}, queue.running ? 1 : 0);
-  w.family("omni_video_jobs", "gauge", "Video job records held (queued, running and finished).");
-  w.sample("omni_video_jobs", {}, queue.video_jobs);
+  w.scalar("omni_queue_depth", "gauge",
+           "Jobs waiting for the engine (not counting the running one).", queue.queued);
+  w.scalar("omni_queue_capacity", "gauge", "Most jobs that may wait (--max-queue).",
+           queue.capacity);
+  w.scalar("omni_jobs_running", "gauge", "Jobs the engine is running (0 or 1).",
+           queue.running ? 1 : 0);
+  w.scalar("omni_video_jobs", "gauge", "Video job records held (queued, running and finished).",
+           queue.video_jobs);
+  w.scalar("omni_http_connections_open", "gauge", "HTTP connections being served.",
+           queue.connections_open);
+  w.scalar("omni_http_connections_max", "gauge",
+           "Most HTTP connections served at once (--max-connections).", queue.connections_max);
+  w.scalar("omni_http_connections_refused_total", "counter",
+           "HTTP connections answered 503 because --max-connections were open.",
+           queue.connections_refused);
+
+  w.scalar("omni_prompt_cache_hits_total", "counter",
+           "Prompt encodings taken from the prompt cache (the text encoder did not run).",
+           prompt_cache_.hits);
+  w.scalar("omni_prompt_cache_misses_total", "counter",
+           "Prompt encodings the text encoder ran (not in the prompt cache).",
+           prompt_cache_.misses);
+  w.scalar("omni_prompt_cache_bytes", "gauge", "Bytes the prompt cache holds.",
+           prompt_cache_.bytes);
+  w.scalar("omni_prompt_cache_capacity_bytes", "gauge",
+           "The prompt cache's bound (--prompt-cache).", prompt_cache_.capacity_bytes);
 
   w.family("omni_generations_total", "counter", "Generations run by the engine, by outcome.");
   for (const auto& [kind, g] : generations_) {
     w.sample("omni_generations_total", {{"kind", kind}, {"outcome", "ok"}}, g.ok);
     w.sample("omni_generations_total", {{"kind", kind}, {"outcome", "error"}}, g.error);
+    w.sample("omni_generations_total", {{"kind", kind}, {"outcome", "cancelled"}}, g.cancelled);
   }
   w.family("omni_generation_seconds_total", "counter", "Engine time spent generating.");
   for (const auto& [kind, g] : generations_)
@@ -203,16 +243,15 @@ std::string Metrics::render(const QueueGauges& queue) const {
   w.family("omni_offload_component_bytes", "gauge", "Weight bytes of each component.");
   for (const auto& [name, rb] : o.components)
     w.sample("omni_offload_component_bytes", {{"component", name}, {"role", rb.first}}, rb.second);
-  w.family("omni_offload_peak_resident_bytes", "gauge",
-           "Largest device bytes held by resident weights during any request.");
-  w.sample("omni_offload_peak_resident_bytes", {}, o.peak_resident_bytes);
-  w.family("omni_offload_planned_peak_bytes", "gauge", "Planned peak resident bytes.");
-  w.sample("omni_offload_planned_peak_bytes", {}, o.planned_peak_bytes);
-  w.family("omni_offload_pinned_host_bytes", "gauge", "Page-locked host bytes holding weights.");
-  w.sample("omni_offload_pinned_host_bytes", {}, o.pinned_host_bytes);
-  w.family("omni_offload_pageable_host_bytes", "gauge",
-           "Pageable host bytes holding weights (pinning refused).");
-  w.sample("omni_offload_pageable_host_bytes", {}, o.pageable_host_bytes);
+  w.scalar("omni_offload_peak_resident_bytes", "gauge",
+           "Largest device bytes held by resident weights during any request.",
+           o.peak_resident_bytes);
+  w.scalar("omni_offload_planned_peak_bytes", "gauge", "Planned peak resident bytes.",
+           o.planned_peak_bytes);
+  w.scalar("omni_offload_pinned_host_bytes", "gauge", "Page-locked host bytes holding weights.",
+           o.pinned_host_bytes);
+  w.scalar("omni_offload_pageable_host_bytes", "gauge",
+           "Pageable host bytes holding weights (pinning refused).", o.pageable_host_bytes);
   return w.str();
 }
 

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -13,10 +14,12 @@ using nlohmann::json;
 
 namespace {
 
-// Fields of one JSON object; null counts as absent.
+// Fields of one request, from a JSON object or a form (all values strings);
+// null counts as absent.
 class Fields {
  public:
-  explicit Fields(const json& object) : object_(object) {}
+  // text_values: a form's values are text, so a number may be its decimal text.
+  Fields(const json& object, bool text_values) : object_(object), text_values_(text_values) {}
 
   const json* find(const char* name) const {
     const auto it = object_.find(name);
@@ -34,16 +37,18 @@ class Fields {
   std::optional<std::int64_t> integer(const char* name, std::int64_t lo, std::int64_t hi) const {
     const json* v = find(name);
     if (v == nullptr) return std::nullopt;
-    if (!v->is_number_integer()) wrong_type(name, "an integer");
-    const bool too_big = v->is_number_unsigned() &&
-                         v->get<std::uint64_t>() >
+    const json value = as_number(name, *v, "an integer");
+    if (!value.is_number_integer()) wrong_type(name, "an integer");
+    const bool too_big = value.is_number_unsigned() &&
+                         value.get<std::uint64_t>() >
                              static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-    const std::int64_t value =
-        too_big ? std::numeric_limits<std::int64_t>::max() : v->get<std::int64_t>();
-    if (too_big || value < lo || value > hi)
+    const std::int64_t n =
+        too_big ? std::numeric_limits<std::int64_t>::max() : value.get<std::int64_t>();
+    if (too_big || n < lo || n > hi)
       throw ApiError(ErrorKind::invalid_value, "invalid_value",
-                     detail::concat(name, " must be in ", lo, "..", hi, ", got ", v->dump()), name);
-    return value;
+                     detail::concat(name, " must be in ", lo, "..", hi, ", got ", value.dump()),
+                     name);
+    return n;
   }
 
   std::optional<int> int32(const char* name, int lo,
@@ -52,38 +57,71 @@ class Fields {
     return v ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
   }
 
-  // A finite number in [lo, hi].
-  std::optional<double> number(const char* name, double lo, double hi) const {
+  // A finite number in [lo, hi]. `text_too`: a string holding a number is
+  // accepted in JSON as well (OpenAI sends seconds as "4").
+  std::optional<double> number(const char* name, double lo, double hi,
+                               bool text_too = false) const {
     const json* v = find(name);
     if (v == nullptr) return std::nullopt;
-    if (!v->is_number()) wrong_type(name, "a number");
-    const double value = v->get<double>();
-    if (!std::isfinite(value) || value < lo || value > hi)
+    const json value = as_number(name, *v, "a number", text_too);
+    if (!value.is_number()) wrong_type(name, "a number");
+    const double n = value.get<double>();
+    if (!std::isfinite(n) || n < lo || n > hi)
       throw ApiError(
           ErrorKind::invalid_value, "invalid_value",
-          detail::concat(name, " must be a number in ", lo, "..", hi, ", got ", v->dump()), name);
-    return value;
+          detail::concat(name, " must be a number in ", lo, "..", hi, ", got ", value.dump()),
+          name);
+    return n;
   }
 
-  // A seed: any integer in 0..2^64-1.
+  // A seed: any integer in 0..2^64-1; -1 means "pick one" (nullopt, as absent).
   std::optional<std::uint64_t> seed(const char* name) const {
     const json* v = find(name);
     if (v == nullptr) return std::nullopt;
-    if (!v->is_number_integer()) wrong_type(name, "an integer");
-    if (!v->is_number_unsigned() && v->get<std::int64_t>() < 0)
+    const json value = as_number(name, *v, "an integer");
+    if (!value.is_number_integer()) wrong_type(name, "an integer");
+    if (!value.is_number_unsigned() && value.get<std::int64_t>() == -1) return std::nullopt;
+    if (!value.is_number_unsigned() && value.get<std::int64_t>() < 0)
       throw ApiError(ErrorKind::invalid_value, "invalid_value",
-                     detail::concat(name, " must be a non-negative integer, got ", v->dump()),
+                     detail::concat(name,
+                                    " must be a non-negative integer (or -1 for a random "
+                                    "seed), got ",
+                                    value.dump()),
                      name);
-    return v->get<std::uint64_t>();
+    return value.get<std::uint64_t>();
+  }
+
+  // A field this server does not support yet: 422 naming it, when present.
+  void unsupported(const char* name, const char* why) const {
+    if (find(name) != nullptr)
+      throw ApiError(ErrorKind::invalid_value, "unsupported_parameter",
+                     detail::concat(name, " is not supported by this server yet: ", why), name);
   }
 
  private:
+  // The number a value holds: itself, or (in a form, or with text_too) the
+  // number its text spells. Anything else is returned as it is, for the
+  // caller's type check.
+  json as_number(const char* name, const json& v, const char* expected,
+                 bool text_too = false) const {
+    if (!v.is_string() || !(text_values_ || text_too)) return v;
+    const auto& text = v.get_ref<const std::string&>();
+    // Plain decimal only: no spaces, no hex, no "inf"/"nan", no JSON beyond a number.
+    if (text.empty() || text.size() > 40 ||
+        text.find_first_not_of("0123456789+-.eE") != std::string::npos)
+      wrong_type(name, expected);
+    json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_number()) wrong_type(name, expected);
+    return parsed;
+  }
+
   [[noreturn]] static void wrong_type(const char* name, const char* expected) {
     throw ApiError(ErrorKind::malformed, "invalid_type",
                    detail::concat(name, " must be ", expected), name);
   }
 
   const json& object_;
+  const bool text_values_;
 };
 
 json parse_object(std::string_view body) {
@@ -103,9 +141,22 @@ json parse_object(std::string_view body) {
   return value;
 }
 
-// The fields images and videos share.
-pipelines::GenerationRequest parse_common(const Fields& f, std::string& model) {
-  pipelines::GenerationRequest r;
+// A form as a JSON object of strings. A field given twice is ambiguous (a
+// proxy and this server could read different values): 400.
+json form_object(const FormFields& form) {
+  json object = json::object();
+  for (const auto& field : form) {
+    if (object.contains(field.name))
+      throw ApiError(ErrorKind::malformed, "duplicate_field",
+                     "form field " + field.name + " is given more than once", field.name);
+    // A file's content is not kept: a file part only says the field is there.
+    object[field.name] = field.is_file ? json("(file)") : json(field.value);
+  }
+  return object;
+}
+
+// The fields images and videos share. Returns whether the seed is the server's to pick.
+bool parse_common(const Fields& f, std::string& model, pipelines::GenerationRequest& r) {
   const auto prompt = f.string("prompt");
   if (!prompt)
     throw ApiError(ErrorKind::malformed, "missing_field", "prompt is required", "prompt");
@@ -119,11 +170,56 @@ pipelines::GenerationRequest parse_common(const Fields& f, std::string& model) {
     r.width = w;
     r.height = h;
   }
+  // vllm-omni's width and height; they must agree with size when both are given.
+  for (const auto& [name, field] : {std::pair{"width", &r.width}, std::pair{"height", &r.height}}) {
+    const auto value = f.int32(name, 1, 99999);
+    if (!value) continue;
+    if (*field && **field != *value)
+      throw ApiError(ErrorKind::invalid_value, "conflicting_size",
+                     detail::concat(name, " ", *value, " contradicts size \"",
+                                    f.string("size").value_or(""), "\""),
+                     name);
+    *field = *value;
+  }
   r.steps = f.int32("num_inference_steps", 1);
   r.guidance_scale = f.number("guidance_scale", 0.0, 1000.0);
   r.guidance_scale_2 = f.number("guidance_scale_2", 0.0, 1000.0);
-  r.seed = f.seed("seed").value_or(0);
-  return r;
+  const auto seed = f.seed("seed");
+  r.seed = seed.value_or(0);
+  return !seed.has_value();
+}
+
+ImageRequest parse_image(const Fields& f) {
+  ImageRequest out;
+  out.random_seed = parse_common(f, out.model, out.request);
+  out.request.num_frames = 1;
+  out.n = f.int32("n", 1, kMaxImagesPerRequest).value_or(1);
+  if (const auto format = f.string("response_format"); format && *format != "b64_json")
+    throw ApiError(ErrorKind::invalid_value, "unsupported_response_format",
+                   "response_format must be \"b64_json\" (this server returns images inline), "
+                   "got \"" +
+                       *format + "\"",
+                   "response_format");
+  return out;
+}
+
+VideoRequest parse_video(const Fields& f) {
+  f.unsupported("input_reference",
+                "image-to-video needs an image-conditioned model; send a text prompt only");
+  f.unsupported("boundary_ratio", "the model's own (model_index.json) is used; omit it");
+  f.unsupported("flow_shift", "the model's scheduler config is used; omit it");
+  VideoRequest out;
+  out.random_seed = parse_common(f, out.model, out.request);
+  out.request.num_frames = f.int32("num_frames", 1);
+  out.request.fps = f.int32("fps", 1, 240);
+  out.seconds = f.number("seconds", 0.0, 3600.0, /*text_too=*/true);
+  if (out.seconds && *out.seconds <= 0)
+    throw ApiError(ErrorKind::invalid_value, "invalid_value", "seconds must be positive",
+                   "seconds");
+  if (out.seconds && out.request.num_frames)
+    throw ApiError(ErrorKind::invalid_value, "conflicting_duration",
+                   "give num_frames or seconds, not both", "seconds");
+  return out;
 }
 
 }  // namespace
@@ -149,33 +245,77 @@ std::pair<int, int> parse_size(std::string_view size) {
   return {number(size.substr(0, x)), number(size.substr(x + 1))};
 }
 
-ImageRequest parse_image_request(std::string_view body) {
-  const json object = parse_object(body);
-  const Fields f(object);
-  ImageRequest out;
-  out.request = parse_common(f, out.model);
-  out.request.num_frames = 1;
-  out.n = f.int32("n", 1, kMaxImagesPerRequest).value_or(1);
-  if (const auto format = f.string("response_format"); format && *format != "b64_json")
-    throw ApiError(ErrorKind::invalid_value, "unsupported_response_format",
-                   "response_format must be \"b64_json\" (this server returns images inline), "
-                   "got \"" +
-                       *format + "\"",
-                   "response_format");
-  return out;
+ImageRequest parse_image_request(std::string_view json) {
+  const auto object = parse_object(json);
+  return parse_image(Fields(object, false));
 }
 
-VideoRequest parse_video_request(std::string_view body) {
-  const json object = parse_object(body);
-  const Fields f(object);
-  VideoRequest out;
-  out.request = parse_common(f, out.model);
-  out.request.num_frames = f.int32("num_frames", 1);
-  out.request.fps = f.int32("fps", 1, 240);
-  return out;
+ImageRequest parse_image_request(const FormFields& form) {
+  const auto object = form_object(form);
+  return parse_image(Fields(object, true));
 }
 
-void check_limits(const pipelines::GenerationRequest& resolved, const RequestLimits& limits) {
+VideoRequest parse_video_request(std::string_view json) {
+  const auto object = parse_object(json);
+  return parse_video(Fields(object, false));
+}
+
+VideoRequest parse_video_request(const FormFields& form) {
+  const auto object = form_object(form);
+  return parse_video(Fields(object, true));
+}
+
+pipelines::GenerationRequest resolve_video(const pipelines::Pipeline& pipeline,
+                                           const VideoRequest& video) {
+  auto r = video.request;
+  if (!video.seconds) return pipeline.resolve(r);
+  // The model's fps (or the request's), and every other check, with the default frame count.
+  const int fps = *pipeline.resolve(r).fps;
+  const double wanted = *video.seconds * fps;
+  const auto target = static_cast<std::int64_t>(std::llround(std::min(wanted, 1e6)));
+  constexpr int kSearch = 64;
+  for (std::int64_t d = 0; d <= kSearch; ++d) {
+    for (const std::int64_t frames : {target + d, target - d}) {
+      if (frames < 1 || frames > std::numeric_limits<int>::max()) continue;
+      r.num_frames = static_cast<int>(frames);
+      try {
+        return pipeline.resolve(r);
+      } catch (const InvalidRequest&) {
+        // Not a frame count the model takes: try the next nearest.
+      }
+    }
+  }
+  throw ApiError(ErrorKind::invalid_value, "invalid_seconds",
+                 detail::concat("no frame count the model accepts lies within ", kSearch,
+                                " frames of seconds × fps = ", wanted),
+                 "seconds");
+}
+
+// Note [Request cost]
+// What a request holds the engine for grows with every pixel of every frame
+// at every step, for each generation it asks for: width × height × frames ×
+// steps × n. One number bounds it, whatever mix a client picks (--max-cost);
+// the default admits Wan2.2's own 720p request (1280x720, 81 frames, 40
+// steps) and refuses, say, 512x512 × 121 frames × 100 steps, which held this
+// CPU-only machine's engine for about an hour.
+std::uint64_t request_cost(const pipelines::GenerationRequest& r, int count) {
+  const std::uint64_t factors[] = {
+      static_cast<std::uint64_t>(std::max(r.width.value_or(0), 0)),
+      static_cast<std::uint64_t>(std::max(r.height.value_or(0), 0)),
+      static_cast<std::uint64_t>(std::max(r.num_frames.value_or(1), 0)),
+      static_cast<std::uint64_t>(std::max(r.steps.value_or(0), 0)),
+      static_cast<std::uint64_t>(std::max(count, 0))};
+  std::uint64_t cost = 1;
+  for (const auto f : factors) {
+    if (f != 0 && cost > std::numeric_limits<std::uint64_t>::max() / f)
+      return std::numeric_limits<std::uint64_t>::max();
+    cost *= f;
+  }
+  return cost;
+}
+
+void check_limits(const pipelines::GenerationRequest& resolved, const RequestLimits& limits,
+                  int count) {
   if (resolved.steps && *resolved.steps > limits.max_steps)
     throw ApiError(ErrorKind::invalid_value, "too_many_steps",
                    detail::concat("num_inference_steps must be at most ", limits.max_steps,
@@ -186,6 +326,14 @@ void check_limits(const pipelines::GenerationRequest& resolved, const RequestLim
                    detail::concat("num_frames must be at most ", limits.max_frames,
                                   " on this server, got ", *resolved.num_frames),
                    "num_frames");
+  if (const auto cost = request_cost(resolved, count); cost > limits.max_cost)
+    throw ApiError(
+        ErrorKind::invalid_value, "too_costly",
+        detail::concat("this request costs ", resolved.width.value_or(0), "x",
+                       resolved.height.value_or(0), " pixels x ", resolved.num_frames.value_or(1),
+                       " frames x ", resolved.steps.value_or(0), " steps x ", count, " = ", cost,
+                       "; this server's limit is ", limits.max_cost,
+                       " (--max-cost): ask for fewer pixels, frames, steps or images"));
 }
 
 }  // namespace omni::server

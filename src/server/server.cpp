@@ -5,8 +5,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 
+#include "http_reply.h"
+#include "http_server.h"
 #include "omni/error.h"
 #include "omni/io/video_writer.h"
 #include "router.h"
@@ -27,8 +32,13 @@ void ServerOptions::validate() const {
   OMNI_CHECK(job_ttl_seconds >= 1, ConfigError, "--job-ttl must be at least 1 second, got ",
              job_ttl_seconds);
   OMNI_CHECK(max_jobs >= 1, ConfigError, "--max-jobs must be at least 1, got ", max_jobs);
-  OMNI_CHECK(http_threads <= 4096, ConfigError, "HTTP threads must be at most 4096, got ",
-             http_threads);
+  OMNI_CHECK(max_cost >= 1, ConfigError, "--max-cost must be at least 1, got ", max_cost);
+  OMNI_CHECK(max_connections >= 2 && max_connections <= 4096, ConfigError,
+             "--max-connections must be in 2..4096, got ", max_connections);
+  OMNI_CHECK(receive_timeout_seconds > 0 && receive_timeout_seconds <= 3600, ConfigError,
+             "--receive-timeout must be in (0, 3600] seconds, got ", receive_timeout_seconds);
+  OMNI_CHECK(shutdown_timeout_seconds >= 0 && shutdown_timeout_seconds <= 86400, ConfigError,
+             "--shutdown-timeout must be in [0, 86400] seconds, got ", shutdown_timeout_seconds);
 }
 
 namespace {
@@ -48,10 +58,25 @@ class ServerTaskQueue : public httplib::TaskQueue {
   std::function<void()> on_idle_;
 };
 
+std::chrono::milliseconds milliseconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+}
+
+ConnectionLimits connection_limits(const ServerOptions& o) {
+  ConnectionLimits limits;
+  limits.max_connections = o.max_connections;
+  limits.receive_timeout = milliseconds(o.receive_timeout_seconds);
+  // The head's allowance (httplib reads lines of up to 8 KiB, any number of
+  // them) and the body, with room for chunk framing (Note [Hostile connections]).
+  limits.max_request_bytes = (64u << 10) + 2 * o.max_body_bytes;
+  return limits;
+}
+
 }  // namespace
 
 struct Server::State {
-  explicit State(ServerOptions options) : service(std::move(options)) {}
+  explicit State(ServerOptions options)
+      : service(std::move(options)), http(connection_limits(service.options)) {}
 
   // Stops httplib's accept loop once it runs (its stop() is a no-op before).
   void stop_http() {
@@ -61,10 +86,38 @@ struct Server::State {
     http_stopped = true;
   }
 
+  // The shutdown (Server::run's comment): waits for stop(), drains, then stops HTTP.
+  void drain() {
+    {
+      std::unique_lock lock(stop_mutex);
+      stop_wanted.wait(lock, [&] { return stop_requested.load(); });
+    }
+    auto& s = service;
+    const auto q = s.queue->stats();
+    if (q.running || q.queued > 0)
+      log_line(detail::concat("draining: ", q.running ? 1 : 0, " running, ", q.queued,
+                              " queued; at most ", s.options.shutdown_timeout_seconds,
+                              " s (--shutdown-timeout)"));
+    if (!s.queue->wait_idle(milliseconds(s.options.shutdown_timeout_seconds))) {
+      const auto left = s.queue->stats();
+      log_line(detail::concat("--shutdown-timeout passed: cancelling the running request and ",
+                              left.queued, " queued"));
+      s.queue->abort(CancelReason::shutdown);
+      // The running job stops at its next step; a second signal exits at once.
+      while (!s.queue->wait_idle(std::chrono::seconds(1))) {
+      }
+    }
+    stop_http_requested = true;
+    stop_http();
+  }
+
   Service service;
-  httplib::Server http;  // after `service`: its handlers refer to it
-  std::atomic<bool> stop_requested{false};
+  HttpServer http;  // after `service`: its handlers refer to it
+  std::unique_ptr<RouteTable> routes;
   std::mutex stop_mutex;
+  std::condition_variable stop_wanted;
+  std::atomic<bool> stop_requested{false};
+  std::atomic<bool> stop_http_requested{false};
   bool http_stopped = false;
   bool bound = false;
   int listen_fd = -1;  // the socket httplib binds (set while it creates it)
@@ -73,11 +126,10 @@ struct Server::State {
 Server::Server(EngineArgs engine, ServerOptions options) {
   options.validate();
   engine.validate();
-  const std::size_t threads = options.http_threads > 0
-                                  ? options.http_threads
-                                  : std::max<std::size_t>(8, options.max_queue + 4);
   state_ = std::make_unique<State>(std::move(options));
   auto& s = state_->service;
+  s.http = &state_->http;
+  const std::size_t threads = state_->http.pool_threads();
   s.model_id = engine.model;
   s.started_at = unix_now();
   s.video_supported = io::video_supported();
@@ -98,7 +150,7 @@ Server::Server(EngineArgs engine, ServerOptions options) {
   State* state = state_.get();
   http.new_task_queue = [threads, state] {
     return new ServerTaskQueue(threads, [state] {
-      if (state->stop_requested) state->stop_http();
+      if (state->stop_http_requested) state->stop_http();
     });
   };
   // Note [Listen socket]
@@ -115,11 +167,12 @@ Server::Server(EngineArgs engine, ServerOptions options) {
   http.set_idle_interval(0, 100'000);
   http.set_payload_max_length(static_cast<std::size_t>(s.options.max_body_bytes));
   http.set_keep_alive_timeout(2);
-  install_routes(http, s);
+  state_->routes = install_routes(http, s);
 }
 
 Server::~Server() {
   stop();
+  state_->stop_http();
   state_->service.queue->shutdown();
 }
 
@@ -141,16 +194,21 @@ int Server::bind() {
 
 void Server::run() {
   OMNI_INTERNAL_ASSERT(state_->bound, "Server::run before bind");
-  if (!state_->stop_requested) state_->http.listen_after_bind();
-  // Every HTTP thread has returned: what is left in the queue is either
-  // running or dropped by now.
+  std::thread drainer([state = state_.get()] { state->drain(); });
+  state_->http.listen_after_bind();
+  stop();  // HTTP ended by itself (the socket failed): drain all the same
+  drainer.join();
+  // Every HTTP thread has returned and the queue is idle.
   state_->service.queue->shutdown();
 }
 
 void Server::stop() {
-  state_->stop_requested = true;
+  {
+    std::lock_guard lock(state_->stop_mutex);
+    state_->stop_requested = true;
+  }
+  state_->stop_wanted.notify_all();
   state_->service.queue->close();
-  state_->stop_http();
 }
 
 bool Server::stand_in() const {

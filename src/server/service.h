@@ -15,6 +15,8 @@
 
 namespace omni::server {
 
+class HttpServer;
+
 // Members are destroyed bottom-up: the queue (and with it the engine's
 // thread) goes first, while the job store and metrics its jobs touch still
 // exist.
@@ -34,13 +36,15 @@ struct Service {
   // pipeline lives as long as the queue's engine, which outlives every
   // handler (Server::run stops HTTP before the queue).
   const pipelines::Pipeline* pipeline = nullptr;
+  const HttpServer* http = nullptr;            // for the connection gauges
+  std::atomic<std::uint64_t> next_request{0};  // ids of sync jobs, for cancel()
   Metrics metrics;
   VideoJobStore videos;
   std::unique_ptr<JobQueue> queue;
 
   explicit Service(ServerOptions o)
       : options(std::move(o)),
-        limits{options.max_steps, options.max_frames},
+        limits{options.max_steps, options.max_frames, options.max_cost},
         videos(std::chrono::seconds(options.job_ttl_seconds), options.max_jobs) {}
 };
 

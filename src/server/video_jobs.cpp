@@ -30,13 +30,18 @@ nlohmann::json VideoJob::to_json(std::int64_t ttl_seconds) const {
                       {"progress", progress},
                       {"created_at", created_at},
                       {"size", size},
+                      {"prompt", prompt},
+                      {"remixed_from_video_id", nullptr},
                       {"num_frames", num_frames},
                       {"fps", fps},
+                      {"num_inference_steps", steps},
                       {"seed", seed}};
   j["completed_at"] = finished ? nlohmann::json(completed_at) : nlohmann::json(nullptr);
   j["expires_at"] = finished ? nlohmann::json(completed_at + ttl_seconds) : nlohmann::json(nullptr);
-  j["seconds"] =
-      fps > 0 ? nlohmann::json(static_cast<double>(num_frames) / fps) : nlohmann::json(nullptr);
+  char seconds[32] = "0";
+  if (fps > 0)
+    std::snprintf(seconds, sizeof seconds, "%.6g", static_cast<double>(num_frames) / fps);
+  j["seconds"] = seconds;
   j["error"] = status == JobStatus::failed
                    ? nlohmann::json({{"code", error_code}, {"message", error_message}})
                    : nlohmann::json(nullptr);

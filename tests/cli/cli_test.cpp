@@ -6,7 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -135,6 +137,64 @@ TEST_F(Cli, BadInputsFailWithOneLine) {
                         "missing");
   EXPECT_FALSE(fs::exists(dir_ / "bad.png"));
   EXPECT_FALSE(fs::exists(dir_ / "bad.gif"));
+}
+
+// The regression: CLI11's parse errors exited 104/106/109, not the documented 2.
+TEST_F(Cli, ParseErrorsExitTwo) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"generate"},
+        {"generate", "example:wan-shaped"},
+        {"generate", "example:wan-shaped", "--prompt", "x", "--steps", "many"},
+        {"generate", "example:wan-shaped", "--prompt", "x", "--no-such-flag"},
+        {"nonsense"}}) {
+    const auto r = run_omni(args);
+    EXPECT_EQ(r.exit_code, 2) << args.size() << " args: " << r.err;
+  }
+  EXPECT_EQ(run_omni({"--help"}).exit_code, 0);
+  EXPECT_EQ(run_omni({"--version"}).exit_code, 0);
+}
+
+// The regression: the output path was checked only after the whole
+// generation, and an uncreatable directory exited 70 "internal error".
+TEST_F(Cli, AnUnwritableOutputExitsThreeBeforeTheModelLoads) {
+  std::ofstream(dir_ / "a-file") << "not a directory";
+  const auto output = (dir_ / "a-file" / "sub" / "out.png").string();
+  // The model does not exist either: an error about the output proves it came first.
+  const auto r =
+      run_omni({"generate", (dir_ / "no-model").string(), "--prompt", "x", "-o", output});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  expect_one_line_error(r, "a-file");
+  const auto real = run_omni(generate_args("ignored.png", {{"--output", output}}));
+  EXPECT_EQ(real.exit_code, 3) << real.err;
+  EXPECT_LT(real.seconds, 5.0) << "the model loaded before the output was checked";
+  const auto report = run_omni(generate_args("ok.png", {{"--report-json", output}}));
+  EXPECT_EQ(report.exit_code, 3) << report.err;
+  EXPECT_FALSE(fs::exists(dir_ / "ok.png"));
+}
+
+// The regression: --seed -1 wrapped silently to 2^64-1, while the server rejected it.
+TEST_F(Cli, NoSeedOrMinusOnePicksOneAndPrintsIt) {
+  const std::regex printed(R"(seed (\d+))");
+  std::smatch m;
+  const auto minus_one =
+      run_omni(generate_args("a.png", {{"--num-frames", "1"}, {"--seed", "-1"}}));
+  ASSERT_EQ(minus_one.exit_code, 0) << minus_one.err;
+  ASSERT_TRUE(std::regex_search(minus_one.out, m, printed)) << minus_one.out;
+  const std::string seed = m[1];
+  EXPECT_NE(seed, "18446744073709551615");
+  const auto none = run_omni(generate_args("b.png", {{"--num-frames", "1"}}));
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  ASSERT_TRUE(std::regex_search(none.out, m, printed)) << none.out;
+  EXPECT_NE(m[1], seed);
+  // The printed seed reproduces the picture.
+  const auto again = run_omni(generate_args("c.png", {{"--num-frames", "1"}, {"--seed", seed}}));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("seed " + seed), std::string::npos) << again.out;
+  EXPECT_EQ(omni::testing::read_text_file((dir_ / "a.png").string()),
+            omni::testing::read_text_file((dir_ / "c.png").string()));
+  expect_one_line_error(run_omni(generate_args("d.png", {{"--seed", "-2"}})), "--seed");
+  expect_one_line_error(run_omni(generate_args("d.png", {{"--seed", "18446744073709551616"}})),
+                        "--seed");
 }
 
 TEST_F(Cli, InspectTheBuiltInExample) {

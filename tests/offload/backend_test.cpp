@@ -46,6 +46,9 @@ EngineArgs example_args(bool offload, bool streaming = true) {
   args.device = "sim";
   args.offload.quiet = true;
   args.offload.streaming = streaming;
+  // Every request runs its encoder: the residency sequences below are the
+  // offload contract's, not the prompt cache's (Note [Prompt cache]).
+  args.prompt_cache_bytes = 0;
   return args;
 }
 

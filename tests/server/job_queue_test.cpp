@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "omni/error.h"
@@ -24,6 +25,17 @@ JobQueue::EngineFactory example_engine() {
     args.device = "sim";
     return std::make_unique<Omni>(args);
   };
+}
+
+// A one-frame 16x16 request of `steps` steps.
+pipelines::GenerationRequest tiny_request(int steps = 1) {
+  pipelines::GenerationRequest r;
+  r.prompt = "a red circle";
+  r.steps = steps;
+  r.width = 16;
+  r.height = 16;
+  r.num_frames = 1;
+  return r;
 }
 
 // A job that blocks the worker until `release` is set.
@@ -43,13 +55,8 @@ TEST(JobQueue, RunsJobsOnOneThreadInInferenceMode) {
   std::promise<std::pair<std::thread::id, bool>> seen;
   Job job;
   job.run = [&](Omni& engine) {
-    pipelines::GenerationRequest r;
-    r.prompt = "a red circle";
-    r.steps = 1;
-    r.width = 16;
-    r.height = 16;
-    r.num_frames = 1;
-    EXPECT_EQ(engine.generate(r).frames.sizes(), (std::vector<std::int64_t>{1, 16, 16, 3}));
+    EXPECT_EQ(engine.generate(tiny_request()).frames.sizes(),
+              (std::vector<std::int64_t>{1, 16, 16, 3}));
     seen.set_value({std::this_thread::get_id(), c10::InferenceMode::is_enabled()});
   };
   ASSERT_EQ(queue.submit(std::move(job)), SubmitResult::accepted);
@@ -60,6 +67,24 @@ TEST(JobQueue, RunsJobsOnOneThreadInInferenceMode) {
   EXPECT_EQ(observed, 1);  // only then
 }
 
+// Records what ran and what was dropped (and why), for the tests below.
+struct Ledger {
+  std::atomic<int> ran{0};
+  std::mutex mutex;
+  std::vector<std::string> dropped;
+
+  Job job(std::string id) {
+    Job j;
+    j.id = std::move(id);
+    j.run = [this](Omni&) { ++ran; };
+    j.drop = [this, name = j.id](std::string_view reason) {
+      std::lock_guard lock(mutex);
+      dropped.push_back(name + ": " + std::string(reason));
+    };
+    return j;
+  }
+};
+
 TEST(JobQueue, BoundedCancellableAndDrainingOnShutdown) {
   JobQueue queue(example_engine(), 2);
   std::promise<void> started, release;
@@ -68,36 +93,89 @@ TEST(JobQueue, BoundedCancellableAndDrainingOnShutdown) {
   started.get_future().wait();  // running: the queue itself is empty again
   EXPECT_TRUE(queue.stats().running);
 
-  std::atomic<int> ran{0};
-  std::vector<std::string> dropped;
-  std::mutex dropped_mutex;
-  auto job = [&](std::string id, bool drain) {
-    Job j;
-    j.id = std::move(id);
-    j.drain = drain;
-    j.run = [&](Omni&) { ++ran; };
-    j.drop = [&, name = j.id](std::string_view reason) {
-      std::lock_guard lock(dropped_mutex);
-      dropped.push_back(name + ": " + std::string(reason));
-    };
-    return j;
-  };
-  ASSERT_EQ(queue.submit(job("cancelled", true)), SubmitResult::accepted);
-  ASSERT_EQ(queue.submit(job("async", false)), SubmitResult::accepted);
-  EXPECT_EQ(queue.submit(job("third", true)), SubmitResult::full);
+  Ledger ledger;
+  ASSERT_EQ(queue.submit(ledger.job("cancelled")), SubmitResult::accepted);
+  ASSERT_EQ(queue.submit(ledger.job("async")), SubmitResult::accepted);
+  EXPECT_EQ(queue.submit(ledger.job("third")), SubmitResult::full);
   EXPECT_EQ(queue.stats().queued, 2u);
 
-  EXPECT_TRUE(queue.cancel("cancelled"));
-  EXPECT_FALSE(queue.cancel("cancelled"));
-  ASSERT_EQ(queue.submit(job("waited-for", true)), SubmitResult::accepted);
+  EXPECT_TRUE(queue.cancel("cancelled", CancelReason::deleted));
+  EXPECT_FALSE(queue.cancel("cancelled", CancelReason::deleted));
+  ASSERT_EQ(queue.submit(ledger.job("waited-for")), SubmitResult::accepted);
 
-  queue.close();  // as on SIGTERM: the async job goes, the waited-for one stays
-  EXPECT_EQ(queue.submit(job("late", true)), SubmitResult::stopped);
+  queue.close();  // as on SIGTERM: nothing new, but what is queued still runs (the drain)
+  EXPECT_EQ(queue.submit(ledger.job("late")), SubmitResult::stopped);
+  EXPECT_FALSE(queue.wait_idle(50ms));  // the blocking job still runs
   release.set_value();
+  EXPECT_TRUE(queue.wait_idle(60s));
   queue.shutdown();
-  EXPECT_EQ(ran, 1);  // waited-for
-  EXPECT_EQ(dropped, (std::vector<std::string>{"cancelled: cancelled",
-                                               "async: the server is shutting down"}));
+  EXPECT_EQ(ledger.ran, 2);  // async, waited-for
+  EXPECT_EQ(ledger.dropped, (std::vector<std::string>{"cancelled: the video job was deleted"}));
+}
+
+// Past --shutdown-timeout: the running job is cancelled, every queued one is
+// dropped with the reason (the regression: queued async jobs vanished silently).
+TEST(JobQueue, AbortCancelsTheRunningJobAndDropsTheQueuedOnes) {
+  JobQueue queue(example_engine(), 4);
+  std::promise<void> started;
+  std::atomic<bool> saw_cancel{false};
+  Job running;
+  running.id = "running";
+  running.run = [&, cancellation = running.cancellation](Omni&) {
+    started.set_value();
+    // A generation checks at every step; this one checks until it is told.
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (!cancellation->cancelled() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    saw_cancel = cancellation->reason() == CancelReason::shutdown;
+  };
+  ASSERT_EQ(queue.submit(std::move(running)), SubmitResult::accepted);
+  started.get_future().wait();
+  Ledger ledger;
+  ASSERT_EQ(queue.submit(ledger.job("a")), SubmitResult::accepted);
+  ASSERT_EQ(queue.submit(ledger.job("b")), SubmitResult::accepted);
+  queue.abort(CancelReason::shutdown);
+  EXPECT_TRUE(queue.wait_idle(60s));
+  EXPECT_TRUE(saw_cancel);
+  EXPECT_EQ(ledger.ran, 0);
+  const std::string reason(describe(CancelReason::shutdown));
+  EXPECT_EQ(ledger.dropped, (std::vector<std::string>{"a: " + reason, "b: " + reason}));
+  EXPECT_EQ(queue.submit(ledger.job("late")), SubmitResult::stopped);
+}
+
+TEST(JobQueue, CancellingTheRunningJobByIdReachesItsProgressCheck) {
+  JobQueue queue(example_engine(), 2);
+  std::promise<std::string> outcome;
+  std::promise<void> started;
+  Job job;
+  job.id = "request-1";
+  job.run = [&, cancellation = job.cancellation](Omni& engine) {
+    try {
+      // 1000 steps: far longer than the test waits.
+      engine.generate(tiny_request(1000), [&](int step, int) {
+        if (step == 1) started.set_value();
+        cancellation->throw_if_cancelled();
+      });
+      outcome.set_value("finished");
+    } catch (const Cancelled& e) {
+      outcome.set_value(e.what());
+    }
+  };
+  ASSERT_EQ(queue.submit(std::move(job)), SubmitResult::accepted);
+  started.get_future().wait();
+  EXPECT_TRUE(queue.cancel("request-1", CancelReason::client_disconnected));
+  auto result = outcome.get_future();
+  ASSERT_EQ(result.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(result.get(), describe(CancelReason::client_disconnected));
+  // The engine stays usable.
+  std::promise<void> next;
+  Job after;
+  after.run = [&](Omni& engine) {
+    engine.generate(tiny_request());
+    next.set_value();
+  };
+  ASSERT_EQ(queue.submit(std::move(after)), SubmitResult::accepted);
+  EXPECT_EQ(next.get_future().wait_for(60s), std::future_status::ready);
 }
 
 TEST(JobQueue, AJobThatThrowsDoesNotStopTheWorker) {

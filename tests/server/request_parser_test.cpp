@@ -109,7 +109,7 @@ TEST(RequestParser, InvalidValuesAre422) {
         R"({"prompt": "x", "num_inference_steps": 0})",
         R"({"prompt": "x", "num_inference_steps": 4294967296})",
         R"({"prompt": "x", "guidance_scale": -1})", R"({"prompt": "x", "guidance_scale": 1e300})",
-        R"({"prompt": "x", "seed": -1})", R"({"prompt": "x", "response_format": "url"})"}) {
+        R"({"prompt": "x", "seed": -2})", R"({"prompt": "x", "response_format": "url"})"}) {
     SCOPED_TRACE(body);
     EXPECT_EQ(error_of([&] { parse_image_request(body); }).first, ErrorKind::invalid_value);
   }
@@ -167,6 +167,155 @@ TEST(RequestParser, LimitsApplyToResolvedRequests) {
             std::make_pair(ErrorKind::invalid_value, std::string("too_many_frames")));
 }
 
+// What `curl -F` and the openai client's videos.create send: every value is text.
+FormFields form(std::initializer_list<std::pair<const char*, const char*>> fields) {
+  FormFields out;
+  for (const auto& [name, value] : fields) out.push_back({name, value, false});
+  return out;
+}
+
+TEST(RequestParser, VideoFormFieldsAreTextNumbers) {
+  const auto r = parse_video_request(form({{"prompt", "waves"},
+                                           {"width", "48"},
+                                           {"height", "32"},
+                                           {"num_frames", "9"},
+                                           {"fps", "8"},
+                                           {"num_inference_steps", "3"},
+                                           {"guidance_scale", "4.5"},
+                                           {"guidance_scale_2", "3"},
+                                           {"negative_prompt", "blurry"},
+                                           {"seed", "42"}}));
+  EXPECT_EQ(r.request.prompt, "waves");
+  EXPECT_EQ(r.request.width, 48);
+  EXPECT_EQ(r.request.height, 32);
+  EXPECT_EQ(r.request.num_frames, 9);
+  EXPECT_EQ(r.request.fps, 8);
+  EXPECT_EQ(r.request.steps, 3);
+  EXPECT_DOUBLE_EQ(*r.request.guidance_scale, 4.5);
+  EXPECT_DOUBLE_EQ(*r.request.guidance_scale_2, 3.0);
+  EXPECT_EQ(r.request.negative_prompt, "blurry");
+  EXPECT_EQ(r.request.seed, 42u);
+  EXPECT_FALSE(r.random_seed);
+
+  const auto openai = parse_video_request(
+      form({{"prompt", "a cat"}, {"model", "m"}, {"seconds", "4"}, {"size", "720x1280"}}));
+  EXPECT_EQ(openai.model, "m");
+  EXPECT_EQ(openai.seconds, 4.0);
+  EXPECT_EQ(openai.request.width, 720);
+  EXPECT_EQ(openai.request.height, 1280);
+  EXPECT_FALSE(openai.request.num_frames);
+  EXPECT_TRUE(openai.random_seed);
+}
+
+TEST(RequestParser, FormMistakes) {
+  for (const auto& [fields, code] : std::vector<std::pair<FormFields, std::string>>{
+           {form({{"prompt", "x"}, {"num_frames", "nine"}}), "invalid_type"},
+           {form({{"prompt", "x"}, {"num_frames", " 9"}}), "invalid_type"},
+           {form({{"prompt", "x"}, {"num_frames", "9.5"}}), "invalid_type"},
+           {form({{"prompt", "x"}, {"fps", "0x10"}}), "invalid_type"},
+           {form({{"prompt", "x"}, {"guidance_scale", "nan"}}), "invalid_type"},
+           {form({{"prompt", "x"}, {"prompt", "y"}}), "duplicate_field"},
+           {form({{"size", "32x32"}}), "missing_field"}}) {
+    SCOPED_TRACE(code);
+    EXPECT_EQ(error_of([&] { parse_video_request(fields); }),
+              std::make_pair(ErrorKind::malformed, code));
+  }
+  EXPECT_EQ(error_of([] {
+              parse_video_request(form({{"prompt", "x"}, {"fps", "999"}}));
+            }).first,
+            ErrorKind::invalid_value);
+  FormFields with_file = form({{"prompt", "x"}});
+  with_file.push_back({"input_reference", "", true});
+  EXPECT_EQ(error_of([&] { parse_video_request(with_file); }),
+            std::make_pair(ErrorKind::invalid_value, std::string("unsupported_parameter")));
+}
+
+TEST(RequestParser, UnsupportedVideoFieldsAre422NamingThem) {
+  for (const char* body :
+       {R"({"prompt": "x", "input_reference": {"image_url": "http://a/b.png"}})",
+        R"({"prompt": "x", "boundary_ratio": 0.9})", R"({"prompt": "x", "flow_shift": 5})"}) {
+    SCOPED_TRACE(body);
+    EXPECT_EQ(error_of([&] { parse_video_request(body); }),
+              std::make_pair(ErrorKind::invalid_value, std::string("unsupported_parameter")));
+  }
+}
+
+TEST(RequestParser, SecondsSizeAndSeed) {
+  const auto r = parse_video_request(R"({"prompt": "x", "seconds": "2.5", "width": 64})");
+  EXPECT_EQ(r.seconds, 2.5);
+  EXPECT_EQ(r.request.width, 64);
+  EXPECT_FALSE(r.request.height);
+  EXPECT_EQ(parse_video_request(R"({"prompt": "x", "seconds": 8})").seconds, 8.0);
+  EXPECT_EQ(
+      error_of([] { parse_video_request(R"({"prompt": "x", "seconds": 4, "num_frames": 9})"); }),
+      std::make_pair(ErrorKind::invalid_value, std::string("conflicting_duration")));
+  EXPECT_EQ(error_of([] { parse_video_request(R"({"prompt": "x", "seconds": 0})"); }).first,
+            ErrorKind::invalid_value);
+  EXPECT_EQ(error_of([] { parse_video_request(R"({"prompt": "x", "seconds": "soon"})"); }).first,
+            ErrorKind::malformed);
+  EXPECT_EQ(
+      error_of([] { parse_video_request(R"({"prompt": "x", "size": "32x32", "width": 48})"); }),
+      std::make_pair(ErrorKind::invalid_value, std::string("conflicting_size")));
+  EXPECT_TRUE(parse_image_request(R"({"prompt": "x", "seed": -1})").random_seed);
+  EXPECT_TRUE(parse_image_request(R"({"prompt": "x"})").random_seed);
+  EXPECT_FALSE(parse_image_request(R"({"prompt": "x", "seed": 0})").random_seed);
+  // In JSON a number must be a number (only seconds may be text, as OpenAI sends it).
+  EXPECT_EQ(error_of([] { parse_video_request(R"({"prompt": "x", "num_frames": "9"})"); }).first,
+            ErrorKind::malformed);
+}
+
+const pipelines::Pipeline& example_pipeline() {
+  static const auto pipeline = pipelines::load_pipeline("example:wan-shaped");
+  return *pipeline;
+}
+
+TEST(RequestParser, SecondsBecomeTheNearestFrameCountTheModelAccepts) {
+  auto video = [](const char* body) {
+    return resolve_video(example_pipeline(), parse_video_request(body));
+  };
+  // 4 s at 16 fps = 64 frames: the model takes 4k+1, so 65.
+  const auto four = video(R"({"prompt": "x", "seconds": "4", "fps": 16, "size": "32x32"})");
+  EXPECT_EQ(four.num_frames, 65);
+  EXPECT_EQ(four.fps, 16);
+  // 1 s at 8 fps = 8 → 9; 0.1 s at 8 fps rounds to 1 frame (a 4k+1 count).
+  EXPECT_EQ(video(R"({"prompt": "x", "seconds": 1, "fps": 8})").num_frames, 9);
+  EXPECT_EQ(video(R"({"prompt": "x", "seconds": 0.1, "fps": 8})").num_frames, 1);
+  // Without seconds, the model's defaults stay as resolve() gives them.
+  EXPECT_EQ(
+      video(R"({"prompt": "x"})").num_frames,
+      example_pipeline().resolve(parse_video_request(R"({"prompt": "x"})").request).num_frames);
+}
+
+// The regression: 512x512, 121 frames, 100 steps was accepted and would have
+// held the engine for about an hour.
+TEST(RequestParser, CostIsBoundedAndTheErrorSaysTheLimit) {
+  pipelines::GenerationRequest r;
+  r.width = 512;
+  r.height = 512;
+  r.num_frames = 121;
+  r.steps = 100;
+  EXPECT_EQ(request_cost(r), 512ull * 512 * 121 * 100);
+  try {
+    check_limits(r, {100, 121});
+    ADD_FAILURE() << "accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.code(), "too_costly");
+    EXPECT_EQ(e.status(), 422);
+    EXPECT_NE(std::string(e.what()).find(std::to_string(kDefaultMaxCost)), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--max-cost"), std::string::npos) << e.what();
+  }
+  // Wan2.2's own 720p request fits the default; n counts.
+  r.width = 1280;
+  r.height = 720;
+  r.num_frames = 81;
+  r.steps = 40;
+  EXPECT_NO_THROW(check_limits(r, {100, 121}));
+  EXPECT_EQ(error_of([&] { check_limits(r, {100, 121}, 2); }).second, "too_costly");
+  r.width = r.height = 1 << 30;  // saturates instead of wrapping
+  EXPECT_EQ(request_cost(r, 10), std::numeric_limits<std::uint64_t>::max());
+}
+
 TEST(ApiError, BodyHasOpenAIShape) {
   const ApiError e(ErrorKind::invalid_value, "invalid_size", "bad size", "size");
   EXPECT_EQ(e.status(), 422);
@@ -179,6 +328,8 @@ TEST(ApiError, BodyHasOpenAIShape) {
   EXPECT_EQ(http_status(ErrorKind::malformed), 400);
   EXPECT_EQ(http_status(ErrorKind::unauthorized), 401);
   EXPECT_EQ(http_status(ErrorKind::not_found), 404);
+  EXPECT_EQ(http_status(ErrorKind::method_not_allowed), 405);
+  EXPECT_EQ(http_status(ErrorKind::timed_out), 408);
   EXPECT_EQ(http_status(ErrorKind::too_large), 413);
   EXPECT_EQ(http_status(ErrorKind::overloaded), 503);
   EXPECT_EQ(http_status(ErrorKind::internal), 500);

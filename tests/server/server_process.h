@@ -3,10 +3,13 @@
 // Prometheus samples).
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -155,6 +158,97 @@ class ServerProcess {
   int stdout_fd_ = -1;
   int port_ = 0;
   std::string stderr_path_;
+};
+
+// A raw TCP connection to the server, for what httplib's client will not
+// send: slow or partial requests, chunked bodies of any size, bad framing.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+      throw std::runtime_error("cannot connect to port " + std::to_string(port));
+  }
+  ~RawConnection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  // Whether all of `bytes` went out (false once the server closed or reset).
+  bool send(const std::string& bytes) {
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      pollfd p{fd_, POLLOUT, 0};
+      if (::poll(&p, 1, 5000) <= 0) return false;
+      const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+  // Whatever arrives within `timeout` (until the server closes, or the
+  // head and Content-Length body of one response are in).
+  std::string receive(std::chrono::milliseconds timeout = 10s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline && !response_complete()) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed_ = true;
+        break;
+      }
+      received_.append(buf, static_cast<std::size_t>(n));
+    }
+    return received_;
+  }
+  // Waits until the server closes the connection; whether it did within `timeout`.
+  bool wait_closed(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!closed_ && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0)
+        closed_ = true;
+      else
+        received_.append(buf, static_cast<std::size_t>(n));
+    }
+    return closed_;
+  }
+  void close() {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  const std::string& received() const { return received_; }
+  // The status code of the response received so far, or 0.
+  int status() const {
+    return received_.rfind("HTTP/1.1 ", 0) == 0 && received_.size() >= 12
+               ? std::atoi(received_.substr(9, 3).c_str())
+               : 0;
+  }
+
+ private:
+  bool response_complete() const {
+    const auto head_end = received_.find("\r\n\r\n");
+    if (head_end == std::string::npos) return false;
+    const std::regex length(R"(Content-Length: (\d+))", std::regex::icase);
+    std::smatch m;
+    const std::string head = received_.substr(0, head_end);
+    if (!std::regex_search(head, m, length)) return true;
+    return received_.size() >= head_end + 4 + std::stoul(m[1]);
+  }
+
+  int fd_ = -1;
+  bool closed_ = false;
+  std::string received_;
 };
 
 inline std::string base64_decode(const std::string& in) {

@@ -80,7 +80,8 @@ std::string wait_for_video(httplib::Client& c, const std::string& id,
 class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new ServerProcess({"--max-steps", "10", "--max-frames", "9", "--max-body", "64KiB"});
+    server_ = new ServerProcess(
+        {"--max-steps", "10", "--max-frames", "9", "--max-body", "64KiB", "--max-cost", "1000000"});
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -300,13 +301,184 @@ TEST_F(ServerTest, UnknownRoutesJobsAndModelsAre404) {
   expect_error(c->Get("/v1/nothing"), 404, "unknown_route");
   expect_error(c->Get("/"), 404, "unknown_route");
   expect_error(c->Post("/v1/images/edits", "{}", "application/json"), 404, "unknown_route");
-  expect_error(c->Get("/v1/images/generations"), 404, "unknown_route");
   expect_error(c->Get("/v1/videos/video_0000"), 404, "video_not_found");
   expect_error(c->Get("/v1/videos/video_0000/content"), 404, "video_not_found");
   expect_error(c->Delete("/v1/videos/video_0000"), 404, "video_not_found");
   expect_error(c->Post("/v1/images/generations", R"({"prompt": "x", "model": "dall-e-3"})",
                        "application/json"),
                404, "model_not_found");
+}
+
+// The regression: a wrong method answered 404.
+TEST_F(ServerTest, AWrongMethodIs405WithAllow) {
+  auto c = server_->client();
+  const auto get = c->Get("/v1/images/generations");
+  expect_error(get, 405, "method_not_allowed");
+  EXPECT_EQ(get->get_header_value("Allow"), "POST");
+  const auto put = c->Put("/v1/videos", "{}", "application/json");
+  expect_error(put, 405, "method_not_allowed");
+  EXPECT_EQ(put->get_header_value("Allow"), "POST, GET");
+  const auto post = c->Post("/v1/videos/video_0000", "{}", "application/json");
+  expect_error(post, 405, "method_not_allowed");
+  EXPECT_EQ(post->get_header_value("Allow"), "GET, DELETE");
+  expect_error(c->Delete("/health"), 405, "method_not_allowed");
+}
+
+// The regression: the official client and vllm-omni's examples send
+// multipart/form-data, and got 400 invalid_json.
+TEST_F(ServerTest, VideoJobFromAMultipartForm) {
+  auto c = server_->client();
+  const httplib::MultipartFormDataItems form = {{"prompt", "a red circle", "", ""},
+                                                {"size", "32x32", "", ""},
+                                                {"num_inference_steps", "2", "", ""},
+                                                {"seconds", "1", "", ""},
+                                                {"fps", "8", "", ""},
+                                                {"seed", "5", "", ""}};
+  const auto created = c->Post("/v1/videos", form);
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 200) << created->body;
+  const auto job = body_of(created);
+  EXPECT_EQ(job["object"], "video");
+  EXPECT_EQ(job["status"], "queued");
+  EXPECT_EQ(job["size"], "32x32");
+  EXPECT_EQ(job["prompt"], "a red circle");
+  EXPECT_EQ(job["num_frames"], 9);  // 1 s × 8 fps = 8 → the nearest 4k+1
+  EXPECT_EQ(job["fps"], 8);
+  EXPECT_EQ(job["seconds"], "1.125");  // what was used
+  EXPECT_EQ(job["seed"], 5);
+  EXPECT_TRUE(job["completed_at"].is_null());
+  EXPECT_TRUE(job["error"].is_null());
+  ASSERT_EQ(wait_for_video(*c, job["id"]), "completed");
+  const auto done = body_of(c->Get("/v1/videos/" + job["id"].get<std::string>()));
+  EXPECT_TRUE(done["completed_at"].is_number_integer());
+  const auto content = c->Get("/v1/videos/" + job["id"].get<std::string>() + "/content");
+  ASSERT_EQ(content->status, 200);
+  EXPECT_EQ(inspect_mp4(content->body).samples, 9u);
+
+  // The same fields urlencoded (`curl -d`), and an image as a form.
+  const auto urlencoded =
+      c->Post("/v1/videos", "prompt=a+red+circle&size=32x32&num_inference_steps=2&num_frames=5",
+              "application/x-www-form-urlencoded");
+  ASSERT_EQ(urlencoded->status, 200) << urlencoded->body;
+  EXPECT_EQ(body_of(urlencoded)["num_frames"], 5);
+  const auto image = c->Post("/v1/images/generations",
+                             httplib::MultipartFormDataItems{{"prompt", "x", "", ""},
+                                                             {"size", "32x32", "", ""},
+                                                             {"num_inference_steps", "2", "", ""}});
+  ASSERT_EQ(image->status, 200) << image->body;
+}
+
+TEST_F(ServerTest, VideoFormMistakes) {
+  auto c = server_->client();
+  expect_error(c->Post("/v1/videos", httplib::MultipartFormDataItems{{"prompt", "x", "", ""},
+                                                                     {"input_reference", "\x89PNG",
+                                                                      "ref.png", "image/png"}}),
+               422, "unsupported_parameter");
+  expect_error(
+      c->Post("/v1/videos", httplib::MultipartFormDataItems{{"prompt", "x", "", ""},
+                                                            {"num_frames", "many", "", ""}}),
+      400, "invalid_type");
+  expect_error(c->Post("/v1/videos", "--nope\r\n", "multipart/form-data; boundary=b"), 400);
+}
+
+TEST_F(ServerTest, VideoListPages) {
+  auto c = server_->client();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i)
+    ids.push_back(body_of(c->Post("/v1/videos", kVideo, "application/json"))["id"]);
+  for (const auto& id : ids) ASSERT_EQ(wait_for_video(*c, id), "completed");
+  const auto all = body_of(c->Get("/v1/videos?limit=100"));
+  std::vector<std::string> listed;
+  for (const auto& v : all["data"]) listed.push_back(v["id"]);
+  // Newest first; ours are the three newest.
+  ASSERT_GE(listed.size(), 3u);
+  EXPECT_EQ(std::vector<std::string>(listed.begin(), listed.begin() + 3),
+            (std::vector<std::string>{ids[2], ids[1], ids[0]}));
+  const auto first = body_of(c->Get("/v1/videos?limit=1"));
+  EXPECT_EQ(first["data"].size(), 1u);
+  EXPECT_EQ(first["has_more"], true);
+  EXPECT_EQ(first["first_id"], ids[2]);
+  EXPECT_EQ(first["last_id"], ids[2]);
+  const auto next = body_of(c->Get("/v1/videos?limit=1&after=" + ids[2]));
+  EXPECT_EQ(next["data"][0]["id"], ids[1]);
+  const auto asc = body_of(c->Get("/v1/videos?order=asc&limit=100"));
+  EXPECT_EQ(asc["data"].back()["id"], ids[2]);
+  expect_error(c->Get("/v1/videos?limit=0"), 422);
+  expect_error(c->Get("/v1/videos?order=up"), 422);
+  expect_error(c->Get("/v1/videos?after=video_nope"), 404);
+}
+
+// The regression: no limit on what one request may cost.
+TEST_F(ServerTest, ACostlyRequestIs422SayingTheLimit) {
+  auto c = server_->client();
+  const auto r = c->Post("/v1/videos",
+                         R"({"prompt": "x", "size": "256x256", "num_frames": 9,
+                             "num_inference_steps": 10})",
+                         "application/json");
+  expect_error(r, 422, "too_costly");
+  EXPECT_NE(body_of(r)["error"]["message"].get<std::string>().find("1000000 (--max-cost)"),
+            std::string::npos)
+      << r->body;
+  // n images count: 64x64 x 10 steps x 10 = 409600 fits; 128x128 x 10 x 10 does not.
+  expect_error(c->Post("/v1/images/generations",
+                       R"({"prompt": "x", "size": "128x128", "num_inference_steps": 10, "n": 10})",
+                       "application/json"),
+               422, "too_costly");
+}
+
+TEST_F(ServerTest, NoSeedPicksOneAndTheReplySaysIt) {
+  auto c = server_->client();
+  const auto a = body_of(c->Post("/v1/images/generations",
+                                 R"({"prompt": "x", "size": "32x32", "num_inference_steps": 2,
+                                     "n": 2})",
+                                 "application/json"));
+  const auto seed = a["data"][0]["seed"].get<std::uint64_t>();
+  EXPECT_EQ(a["data"][1]["seed"].get<std::uint64_t>(), seed + 1);
+  EXPECT_LT(seed, std::uint64_t{1} << 53);  // JavaScript clients can send it back
+  const auto b = body_of(c->Post("/v1/images/generations",
+                                 R"({"prompt": "x", "size": "32x32", "num_inference_steps": 2,
+                                     "seed": -1})",
+                                 "application/json"));
+  EXPECT_NE(b["data"][0]["seed"].get<std::uint64_t>(), seed);
+  // The seed reported reproduces the image.
+  const auto again =
+      body_of(c->Post("/v1/images/generations",
+                      R"({"prompt": "x", "size": "32x32", "num_inference_steps": 2, "seed": )" +
+                          std::to_string(seed) + "}",
+                      "application/json"));
+  EXPECT_EQ(again["data"][0]["b64_json"], a["data"][0]["b64_json"]);
+  const auto sync = c->Post("/v1/videos/sync", R"({"prompt": "x", "size": "32x32",
+      "num_inference_steps": 2, "num_frames": 5})",
+                            "application/json");
+  ASSERT_EQ(sync->status, 200);
+  EXPECT_FALSE(sync->get_header_value("X-Omni-Seed").empty());
+  EXPECT_EQ(sync->get_header_value("X-Omni-Num-Frames"), "5");
+}
+
+// Issue 28 item 3: a repeated prompt (and the shared negative prompt) skips
+// the text encoder; /metrics counts it.
+TEST_F(ServerTest, RepeatedPromptsHitThePromptCache) {
+  auto c = server_->client();
+  auto hits = [&] {
+    return metric(c->Get("/metrics")->body, "omni_prompt_cache_hits_total").value_or(-1);
+  };
+  const std::string request =
+      R"({"prompt": "a prompt only this test sends", "size": "32x32", "num_inference_steps": 2,
+          "seed": 1})";
+  ASSERT_EQ(c->Post("/v1/images/generations", request, "application/json")->status, 200);
+  const double before = hits();
+  const auto first = c->Get("/metrics")->body;
+  ASSERT_EQ(c->Post("/v1/images/generations", request, "application/json")->status, 200);
+  const auto second = c->Get("/metrics")->body;
+  EXPECT_EQ(hits(), before + 2);  // the prompt and the negative prompt
+  EXPECT_EQ(metric(second, "omni_prompt_cache_misses_total"),
+            metric(first, "omni_prompt_cache_misses_total"));
+  EXPECT_EQ(
+      metric(second, R"(omni_offload_transfers_total{component="text_encoder",direction="h2d"})"),
+      metric(first, R"(omni_offload_transfers_total{component="text_encoder",direction="h2d"})"))
+      << "a hit must not upload the encoder";
+  EXPECT_GT(metric(second, "omni_prompt_cache_bytes").value_or(0), 0);
+  EXPECT_EQ(metric(second, "omni_prompt_cache_capacity_bytes"), 256 << 20);
 }
 
 TEST_F(ServerTest, BodiesOverMaxBodyAre413) {
@@ -344,6 +516,12 @@ TEST(ServerAuth, ApiKeyGuardsV1Routes) {
   expect_error(c->Get("/v1/models"), 401, "invalid_api_key");
   c->set_bearer_token_auth("s3cret");
   EXPECT_EQ(c->Get("/v1/models")->status, 200);
+  // The regression: a lowercase scheme was refused (RFC 9110: case-insensitive).
+  for (const char* header : {"bearer s3cret", "BEARER s3cret", "Bearer  s3cret"}) {
+    auto other = server.client();
+    EXPECT_EQ(other->Get("/v1/models", {{"Authorization", header}})->status, 200) << header;
+  }
+  EXPECT_EQ(server.client()->Get("/v1/models", {{"Authorization", "Bearers3cret"}})->status, 401);
   EXPECT_EQ(c->Post("/v1/images/generations", kImage, "application/json")->status, 200);
   auto anonymous = server.client();
   EXPECT_EQ(anonymous->Get("/health")->status, 200);  // probes need no key

@@ -31,9 +31,13 @@ struct GenerationRequest {
 // Called after every denoising step (step is 1-based).
 using ProgressFn = std::function<void(int step, int total)>;
 
+class PromptCache;  // prompt_cache.h
+
 struct RunContext {
   torch::Device compute = torch::kCPU;
   ProgressFn progress;
+  // Text-encoder outputs to reuse (Note [Prompt cache]); null: always encode.
+  PromptCache* prompt_cache = nullptr;
 };
 
 struct GenerationOutput {

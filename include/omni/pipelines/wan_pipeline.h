@@ -115,7 +115,10 @@ class WanPipeline final : public Pipeline {
   // encoded with the attention mask, and zeroed past each prompt's real
   // length (diffusers' _get_t5_prompt_embeds). Calls the encoder through its
   // holder. ConfigError when the model has no text encoder.
-  torch::Tensor encode_prompt(const std::vector<std::string>& prompts, torch::Device device);
+  // With a `cache`, the output is taken from it when it holds these tokens
+  // (the encoder then neither runs nor uploads; Note [Prompt cache]).
+  torch::Tensor encode_prompt(const std::vector<std::string>& prompts, torch::Device device,
+                              PromptCache* cache = nullptr);
 
   // Standard-normal float32 latents [B, z_dim, (F−1)/4+1, H/8, W/8] from a CPU
   // generator seeded with `seed`, moved to `device`.

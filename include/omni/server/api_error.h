@@ -3,9 +3,11 @@
 //   {"error": {"message": "...", "type": "invalid_request_error", "code": "...", "param": ...}}
 //
 // Note [HTTP error translation]
-// Errors are translated once, at the route boundary (router.cpp): an ApiError
-// keeps its kind; omni::InvalidRequest (the pipeline rejecting a value) is
-// 422; every other exception is 500 and means a bug or a broken engine. The
+// Errors are translated once, at the route boundary (http_reply.cpp's
+// translate_current_exception): an ApiError keeps its kind;
+// omni::InvalidRequest (the pipeline rejecting a value) is 422;
+// omni::Cancelled (a request stopped at shutdown or when its client left) is
+// 503; every other exception is 500 and means a bug or a broken engine. The
 // kinds below are the whole vocabulary; a new status needs a new kind.
 #pragma once
 
@@ -19,15 +21,18 @@
 namespace omni::server {
 
 enum class ErrorKind {
-  malformed,        // 400: not JSON, not an object, a field of the wrong type or missing
-  unauthorized,     // 401: --api-key is set and the bearer token is missing or wrong
-  not_found,        // 404: unknown route, job or model
-  not_ready,        // 409: a video's content asked for before the job completed
-  too_large,        // 413: body over --max-body
-  invalid_value,    // 422: well-formed but invalid (size, steps, frames, empty prompt)
-  internal,         // 500: a bug; never the client's fault
-  not_implemented,  // 501: this build lacks the feature (video without FFmpeg)
-  overloaded,       // 503: the queue is full or the server is shutting down
+  malformed,           // 400: not JSON, not an object, a field of the wrong type or missing
+  unauthorized,        // 401: --api-key is set and the bearer token is missing or wrong
+  not_found,           // 404: unknown route, job or model
+  method_not_allowed,  // 405: a known route asked with another method (Allow lists them)
+  timed_out,           // 408: the request's head and body did not arrive within --receive-timeout
+  not_ready,           // 409: a video's content asked for before the job completed
+  too_large,           // 413: body over --max-body
+  invalid_value,       // 422: well-formed but invalid (size, steps, frames, empty prompt)
+  internal,            // 500: a bug; never the client's fault
+  not_implemented,     // 501: this build lacks the feature (video without FFmpeg)
+  overloaded,          // 503: the queue or the connections are full, the server is shutting
+                       //      down, or the request was cancelled
 };
 
 int http_status(ErrorKind kind);

@@ -10,11 +10,13 @@
 // (--max-queue jobs waiting, not counting the running one) so that overload
 // becomes an immediate 503 instead of unbounded latency and memory.
 //
-// Shutdown (SIGINT/SIGTERM): submit() refuses new jobs; the running job
-// finishes; queued jobs that a client is waiting on (`drain`) still run,
-// the rest are dropped.
+// Shutdown (SIGINT/SIGTERM, Server::run): close() refuses new jobs while the
+// queued ones still run (the drain); abort() ends the drain: it drops the
+// queued jobs, each told why, and cancels the running one at its next step
+// (cancellation.h).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -26,18 +28,21 @@
 #include <thread>
 
 #include "omni/omni.h"
+#include "omni/server/cancellation.h"
 
 namespace omni::server {
 
 struct Job {
   std::string id;  // for cancel(); may be empty
   // Runs on the worker thread. Should not throw; an exception that escapes is
-  // logged and swallowed so the worker keeps serving.
+  // logged and swallowed so the worker keeps serving. Its progress callback
+  // should call cancellation->throw_if_cancelled().
   std::function<void(Omni&)> run;
-  // Called instead of run when the job will never run (cancelled, or dropped
-  // at shutdown); on whichever thread cancels or shuts down. May be empty.
+  // Called instead of run when the job will never run (cancelled while
+  // queued, or dropped by abort()); on whichever thread does that. May be empty.
   std::function<void(std::string_view reason)> drop;
-  bool drain = true;  // still runs during shutdown (a client waits for it)
+  // Shared with whoever may stop the job; never null.
+  std::shared_ptr<Cancellation> cancellation = std::make_shared<Cancellation>();
 };
 
 enum class SubmitResult { accepted, full, stopped };
@@ -66,15 +71,21 @@ class JobQueue {
 
   // Thread-safe, never blocks on the engine.
   SubmitResult submit(Job job);
-  // Removes a queued (not yet running) job and calls its drop. Thread-safe.
-  bool cancel(const std::string& id);
+  // A queued job with this id is removed and dropped; the running one is
+  // cancelled (it stops at its next step). False when neither. Thread-safe.
+  bool cancel(const std::string& id, CancelReason reason);
   QueueStats stats() const;
 
-  // Stops accepting and drops the queued jobs that are not `drain`; the
-  // worker goes on with the rest. Returns at once. Idempotent; thread-safe.
+  // Stops accepting; queued jobs still run. Returns at once. Idempotent;
+  // thread-safe.
   void close();
-  // close(), then waits until the worker finished the running job and the
-  // queued `drain` jobs and destroyed the engine. Idempotent; thread-safe.
+  // close(), drops every queued job with `reason` and cancels the running
+  // one. Returns at once. Thread-safe.
+  void abort(CancelReason reason);
+  // Waits until nothing is queued or running, at most `timeout`; whether it got there.
+  bool wait_idle(std::chrono::milliseconds timeout);
+  // close(), then waits until the worker ran every queued job and destroyed
+  // the engine. Idempotent; thread-safe.
   void shutdown();
 
  private:
@@ -83,8 +94,11 @@ class JobQueue {
   const std::size_t capacity_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
+  std::condition_variable idle_;
   std::deque<Job> queue_;
   bool running_ = false;
+  std::string running_id_;
+  std::shared_ptr<Cancellation> running_cancellation_;
   bool stopping_ = false;
   std::mutex join_mutex_;
   std::thread worker_;

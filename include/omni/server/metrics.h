@@ -5,6 +5,10 @@
 //   omni_http_request_duration_seconds{endpoint}            histogram
 //   omni_queue_depth / omni_queue_capacity / omni_jobs_running   gauges
 //   omni_generations_total{kind,outcome}, omni_generation_seconds_total{kind}
+//   omni_http_connections_open / omni_http_connections_max   gauges
+//   omni_http_connections_refused_total                      counter
+//   omni_prompt_cache_hits_total / omni_prompt_cache_misses_total  counters
+//   omni_prompt_cache_bytes / omni_prompt_cache_capacity_bytes     gauges
 //   omni_offload_transfer_bytes_total{component,direction}  counter
 //   omni_offload_transfer_seconds_total{component,direction} counter
 //   omni_offload_transfers_total{component,direction}       counter
@@ -26,6 +30,7 @@
 #include <vector>
 
 #include "omni/offload/report.h"
+#include "omni/pipelines/prompt_cache.h"
 
 namespace omni::server {
 
@@ -58,7 +63,12 @@ struct QueueGauges {
   std::size_t capacity = 0;
   bool running = false;
   std::size_t video_jobs = 0;  // records in the video job store
+  std::size_t connections_open = 0;
+  std::size_t connections_max = 0;        // --max-connections
+  std::uint64_t connections_refused = 0;  // 503s past the cap, since start
 };
+
+enum class GenerationOutcome { ok, error, cancelled };
 
 class Metrics {
  public:
@@ -68,10 +78,12 @@ class Metrics {
 
   void observe_request(const std::string& endpoint, const std::string& method, int status,
                        double seconds);
-  // kind: "image" | "video"; outcome: "ok" | "error".
-  void observe_generation(const std::string& kind, bool ok, double seconds);
+  // kind: "image" | "video".
+  void observe_generation(const std::string& kind, GenerationOutcome outcome, double seconds);
   // Replaces the offload figures, keeping the largest peak seen so far.
   void publish_offload(OffloadFigures figures);
+  // Replaces the prompt cache's counters (Omni::prompt_cache_stats, engine thread).
+  void publish_prompt_cache(const pipelines::PromptCacheStats& stats);
 
   // Requests counted so far for (endpoint, method, status); for tests and /health.
   std::uint64_t requests(const std::string& endpoint, const std::string& method, int status) const;
@@ -87,6 +99,7 @@ class Metrics {
   struct Generation {
     std::uint64_t ok = 0;
     std::uint64_t error = 0;
+    std::uint64_t cancelled = 0;
     double seconds = 0;
   };
 
@@ -95,6 +108,7 @@ class Metrics {
   std::map<std::string, Histogram> latency_;
   std::map<std::string, Generation> generations_;
   OffloadFigures offload_;
+  pipelines::PromptCacheStats prompt_cache_;
 };
 
 }  // namespace omni::server

@@ -33,15 +33,20 @@ struct VideoJob {
   int progress = 0;               // percent, 0..100
   std::int64_t created_at = 0;    // unix seconds
   std::int64_t completed_at = 0;  // unix seconds; 0 while unfinished
-  std::string size;               // "WxH"
+  std::string prompt;
+  std::string size;  // "WxH"
   int num_frames = 0;
   int fps = 0;
+  int steps = 0;
   std::uint64_t seed = 0;
   std::string error_code;                  // failed only
   std::string error_message;               // failed only
   std::shared_ptr<const std::string> mp4;  // completed only
 
-  // OpenAI's video object: {id, object: "video", status, progress, created_at, …}.
+  // OpenAI's video object: id, object "video", model, status, progress,
+  // created_at, completed_at, expires_at, size, seconds (the clip's length,
+  // num_frames / fps, as text), prompt, remixed_from_video_id, error; and
+  // what was used: num_frames, fps, num_inference_steps, seed.
   nlohmann::json to_json(std::int64_t ttl_seconds) const;
 };
 
