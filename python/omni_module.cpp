@@ -89,9 +89,7 @@ class Engine {
       if (raised) throw *raised;
       throw;
     }
-    auto report = result.report.to_json();
-    report["seconds"] = result.seconds;  // as omni generate --report-json writes it
-    last_report_json_ = report.dump();
+    last_report_json_ = result.report_json().dump();  // as omni generate --report-json writes it
     return to_numpy(result.frames);
   }
 
@@ -226,8 +224,8 @@ PYBIND11_MODULE(_omni, m) {
   py::class_<Engine>(m, "Engine")
       .def(py::init([](const std::string& model, bool enable_cpu_offload, const std::string& device,
                        const std::string& dtype, const ByteSize& sim_memory, double sim_link_gbps,
-                       const ByteSize& prompt_cache,
-                       bool offload_streaming, bool pin_memory, std::uint64_t max_pin_chunk_bytes,
+                       const ByteSize& prompt_cache, bool offload_streaming, bool pin_memory,
+                       std::uint64_t max_pin_chunk_bytes,
                        const std::vector<std::string>& split_components) {
              omni::EngineArgs args;
              args.model = model;
@@ -244,8 +242,8 @@ PYBIND11_MODULE(_omni, m) {
              return std::make_unique<Engine>(std::move(args));
            }),
            py::arg("model"), py::kw_only(), py::arg("enable_cpu_offload"), py::arg("device"),
-           py::arg("dtype"), py::arg("sim_memory"), py::arg("sim_link_gbps"), py::arg("prompt_cache"),
-           py::arg("offload_streaming"), py::arg("pin_memory"),
+           py::arg("dtype"), py::arg("sim_memory"), py::arg("sim_link_gbps"),
+           py::arg("prompt_cache"), py::arg("offload_streaming"), py::arg("pin_memory"),
            py::arg("max_pin_chunk_bytes"), py::arg("split_components"),
            "Loads the model and enables offload (GIL released). Errors: omni's classes.")
       .def(

@@ -52,6 +52,10 @@ struct GenerateResult {
   std::uint64_t prompt_cache_hits = 0;
   std::uint64_t prompt_cache_misses = 0;
   bool text_encoder_ran() const { return prompt_cache_misses > 0; }
+  // The report as `omni generate --report-json` writes it (and the Python
+  // API returns it): the offload report, the request's seconds and seed, and
+  // what the prompt cache did.
+  nlohmann::json report_json() const;
   // Writes frames (see io::write_frames); returns the files written.
   std::vector<std::filesystem::path> save(const std::filesystem::path& path) const;
 };

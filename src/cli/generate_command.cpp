@@ -161,15 +161,9 @@ int generate(const GenerateOptions& o) {
     if (result.report.strategy != "none") std::cout << result.report.to_table();
   }
   if (!o.report_json.empty()) {
-    auto json = result.report.to_json();
-    json["seconds"] = result.seconds;
-    json["seed"] = result.request.seed;
-    json["prompt_cache"] = {{"hits", result.prompt_cache_hits},
-                            {"misses", result.prompt_cache_misses},
-                            {"text_encoder_ran", result.text_encoder_ran()}};
     std::ofstream out(o.report_json);
     OMNI_CHECK(out.good(), FormatError, o.report_json, ": cannot create report file");
-    out << json.dump(2) << "\n";
+    out << result.report_json().dump(2) << "\n";
   }
   return 0;
 }

@@ -24,6 +24,16 @@ void EngineArgs::validate() const {
              sim_link_gbps);
 }
 
+nlohmann::json GenerateResult::report_json() const {
+  auto json = report.to_json();
+  json["seconds"] = seconds;
+  json["seed"] = request.seed;
+  json["prompt_cache"] = {{"hits", prompt_cache_hits},
+                          {"misses", prompt_cache_misses},
+                          {"text_encoder_ran", text_encoder_ran()}};
+  return json;
+}
+
 std::vector<std::filesystem::path> GenerateResult::save(const std::filesystem::path& path) const {
   return io::write_frames(path, frames, fps);
 }

@@ -65,10 +65,12 @@ def test_the_report_of_the_latest_request_and_since_load():
         total = fresh.offload_report(since_load=True)
     assert latest["seconds"] > 0
     assert latest["d2h_bytes"] == total["d2h_bytes"] == 0
-    # Each request uploads both experts and the encoder once; the VAE stayed from load.
+    # Each request uploads both experts once; the VAE stayed from load; the repeated prompts
+    # came from the prompt cache, so the second request never needed the encoder.
     by_name = {c["name"]: c for c in latest["components"]}
     assert {n: by_name[n]["uploads"] for n in by_name} == {
-        "transformer": 1, "transformer_2": 1, "text_encoder": 1, "vae": 0}
+        "transformer": 1, "transformer_2": 1, "text_encoder": 0, "vae": 0}
+    assert latest["prompt_cache"] == {"hits": 2, "misses": 0, "text_encoder_ran": False}
     assert total["h2d_bytes"] > 2 * latest["h2d_bytes"]
     assert sum(t["bytes"] for t in latest["transfers"]) == latest["h2d_bytes"]
 
