@@ -82,10 +82,10 @@ std::vector<std::vector<GroupRun>> plan_group_runs(ProfilePipeline& pipeline,
       bytes[it->second] += static_cast<double>(e.tensor.numel()) * element;
     }
     for (std::size_t g = 0; g < out[i].size(); ++g)
-      out[i][g].compute_seconds =
-          role == offload::Role::vae
-              ? ComputeModel::kRealVaeDecodeSeconds * model.slowdown * bytes[g] / component_bytes
-              : model.forward_seconds(role, bytes[g] / element);
+      out[i][g].compute_seconds = role == offload::Role::vae
+                                      ? ComputeModel::kRealVaeDecodeSeconds * model.scale *
+                                            model.slowdown * bytes[g] / component_bytes
+                                      : model.forward_seconds(role, bytes[g] / element);
   }
   return out;
 }

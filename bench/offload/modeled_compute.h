@@ -33,6 +33,7 @@ struct ComputeModel {
   static constexpr double kRealVaeDecodeSeconds = 2.0;
 
   double slowdown = 1.0;  // 55 / G on sim; 1 on a GPU
+  double scale = 1.0;     // the profile's --scale: fixed times (the VAE's) shrink with it
   int steps = 8;          // denoising steps of a bench request
   double boundary_ratio = 0.875;
   double shift = 12.0;

@@ -204,6 +204,7 @@ Plan make_plan(const OffloadBenchConfig& config) {
     ComputeModel model;
     model.steps = config.steps;
     model.slowdown = r.simulated ? ComputeModel::kRealLinkGbps / config.sim_link_gbps : 1.0;
+    model.scale = r.scale.value;
     plan.compute = model;
     plan.calls = request_calls(p, model);
     r.compute_model = model.describe();
@@ -319,7 +320,10 @@ void run_modeled_request(const Plan& plan, Strategy& strategy, device::Device& d
                          torch::Tensor& acc, RequestSample& request) {
   std::optional<std::size_t> current;
   for (auto i : plan.calls) {
-    if (current != i) {
+    if (current != i && strategy.streams()) {
+      strategy.call(i);  // its copies go on beside compute: no swap to time
+      current = i;
+    } else if (current != i) {
       const auto b = meter.readings();
       const auto t = Clock::now();
       strategy.call(i);
@@ -514,7 +518,7 @@ void summarize(StrategyReport& s, const OffloadBenchResult& r) {
     for (std::size_t q = 1; q < rep.requests.size(); ++q) {
       const auto& req = rep.requests[q];
       for (const auto& swap : req.swaps)
-        if (swap.component == r.expert) {
+        if (swap.component == r.expert && swap.h2d_bytes > 0) {
           expert.push_back(swap.seconds);
           if (swap.seconds > 0)
             expert_gbps.push_back(static_cast<double>(r.expert_bytes) / swap.seconds / 1e9);

@@ -111,6 +111,45 @@ TEST_F(Cli, GenerateWithOffloadWritesAPngAndTheReport) {
   EXPECT_EQ(moved_bytes, json["h2d_bytes"].get<std::uint64_t>());
 }
 
+// Streaming over a paced sim link writes the frames a cpu run writes, and
+// the report splits the transfer time into exposed and hidden.
+TEST_F(Cli, StreamedOffloadOverASimLinkMatchesTheCpuFrames) {
+  const auto report_path = (dir_ / "streamed.json").string();
+  auto streamed = generate_args("streamed.png", {{"--num-frames", "5"},
+                                                 {"--seed", "4"},
+                                                 {"--device", "sim"},
+                                                 {"--sim-link-gbps", "1"},
+                                                 {"--report-json", report_path}});
+  streamed.push_back("--enable-cpu-offload");
+  const auto r = run_omni(streamed);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(streamed)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("exposed"), std::string::npos) << r.out;
+  const auto cpu = run_omni(
+      generate_args("cpu.png", {{"--num-frames", "5"}, {"--seed", "4"}, {"--device", "cpu"}}));
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  EXPECT_EQ(omni::testing::read_text_file((dir_ / "streamed.png").string()),
+            omni::testing::read_text_file((dir_ / "cpu.png").string()));
+  const auto json = nlohmann::json::parse(omni::testing::read_text_file(report_path));
+  EXPECT_TRUE(json.at("streaming").get<bool>());
+  EXPECT_GE(json.at("exposed_transfer_seconds").get<double>(), 0.0);
+  EXPECT_GE(json.at("hidden_transfer_seconds").get<double>(), 0.0);
+  double upload = 0;
+  for (const auto& c : json.at("components")) {
+    EXPECT_TRUE(c.contains("exposed_transfer_seconds")) << c.dump();
+    EXPECT_TRUE(c.contains("hidden_transfer_seconds")) << c.dump();
+    upload += c.at("upload_seconds").get<double>();
+  }
+  EXPECT_GT(upload, 0.0) << "a 1 GB/s link takes time";
+  EXPECT_NEAR(json.at("exposed_transfer_seconds").get<double>() +
+                  json.at("hidden_transfer_seconds").get<double>(),
+              upload, 1e-6);
+  // --offload-streaming takes on or off only.
+  auto bad = generate_args("bad.png", {{"--offload-streaming", "sometimes"}});
+  bad.push_back("--enable-cpu-offload");
+  EXPECT_EQ(run_omni(bad).exit_code, 2);
+}
+
 TEST_F(Cli, SeveralFramesToPngMakeAContactSheet) {
   auto args = generate_args("sheet.png");
   args.push_back("--quiet");
