@@ -315,31 +315,38 @@ std::unique_ptr<Strategy> make_strategy(const StrategyReport& s, device::Device&
 // One request as its component calls with modeled compute: a call whose
 // component differs from the last is a phase boundary, timed as a swap (to
 // the device idle for strategies that do not stream).
+// A phase boundary: `move` (the strategy's enter or call), then the device
+// idle; its time and bytes are a swap sample of `request`.
+template <typename Move>
+void time_swap(const std::string& component, MeteredDevice& meter, device::Device& device,
+               RequestSample& request, Move&& move) {
+  const auto b = meter.readings();
+  const auto t = Clock::now();
+  move();
+  device.synchronize();
+  SwapSample swap;
+  swap.component = component;
+  swap.seconds = since(t);
+  const auto a = meter.readings();
+  swap.h2d_bytes = a.h2d_bytes - b.h2d_bytes;
+  swap.d2h_bytes = a.d2h_bytes - b.d2h_bytes;
+  request.transfer_seconds += swap.seconds;
+  request.swaps.push_back(swap);
+}
+
+// One request as its component calls with modeled compute: a call whose
+// component differs from the last is a phase boundary, timed as a swap,
+// except for strategies whose copies go on beside compute.
 void run_modeled_request(const Plan& plan, Strategy& strategy, device::Device& device,
                          MeteredDevice& meter, const std::vector<std::vector<GroupRun>>& runs,
                          torch::Tensor& acc, RequestSample& request) {
   std::optional<std::size_t> current;
   for (auto i : plan.calls) {
-    if (current != i && strategy.streams()) {
-      strategy.call(i);  // its copies go on beside compute: no swap to time
-      current = i;
-    } else if (current != i) {
-      const auto b = meter.readings();
-      const auto t = Clock::now();
+    if (current != i && !strategy.streams())
+      time_swap(plan.profile.components[i].name, meter, device, request, [&] { strategy.call(i); });
+    else
       strategy.call(i);
-      if (!strategy.streams()) device.synchronize();
-      SwapSample swap;
-      swap.component = plan.profile.components[i].name;
-      swap.seconds = since(t);
-      const auto a = meter.readings();
-      swap.h2d_bytes = a.h2d_bytes - b.h2d_bytes;
-      swap.d2h_bytes = a.d2h_bytes - b.d2h_bytes;
-      request.transfer_seconds += swap.seconds;
-      request.swaps.push_back(swap);
-      current = i;
-    } else {
-      strategy.call(i);
-    }
+    current = i;
     run_groups(runs[i], acc);
   }
 }
@@ -384,18 +391,7 @@ void run_repeats(Plan& plan, MeteredDevice& meter, const CheckpointImage& image,
         strategy->begin_request();
       }
       for (std::size_t i = 0; !plan.compute && i < pipeline->size(); ++i) {
-        const auto b = meter.readings();
-        const auto t = Clock::now();
-        strategy->enter(i);
-        device.synchronize();
-        SwapSample swap;
-        swap.component = profile.components[i].name;
-        swap.seconds = since(t);
-        const auto a = meter.readings();
-        swap.h2d_bytes = a.h2d_bytes - b.h2d_bytes;
-        swap.d2h_bytes = a.d2h_bytes - b.d2h_bytes;
-        request.transfer_seconds += swap.seconds;
-        request.swaps.push_back(swap);
+        time_swap(profile.components[i].name, meter, device, request, [&] { strategy->enter(i); });
         touch(pipeline->probes(i), acc);
       }
       {
