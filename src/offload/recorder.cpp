@@ -1,5 +1,6 @@
 #include "omni/offload/recorder.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "omni/error.h"
@@ -87,6 +88,9 @@ OffloadReport OffloadRecorder::build(bool per_request, const ResidencyLedger& le
       stats.upload_seconds -= start.upload_seconds;
       stats.exposed_seconds -= start.exposed_seconds;
     }
+    // A wait longer than the copies themselves (a thread's wake-up, a busy
+    // host) is not transfer: exposed is at most the link's time.
+    stats.exposed_seconds = std::min(stats.exposed_seconds, stats.upload_seconds);
     stats.where = ledger.where(i);
     r.exposed_transfer_seconds += stats.exposed_seconds;
     r.hidden_transfer_seconds += stats.hidden_seconds();

@@ -6,7 +6,9 @@
 // The part compute waited for (a block whose copy had not landed when the
 // block was about to run) is exposed: it adds to the request's time. The
 // rest ran beside compute and is hidden. Whole-component swaps expose all of
-// it; streaming (backend.h) hides what the blocks' compute covers.
+// it; streaming (backend.h) hides what the blocks' compute covers. A wait
+// longer than the copies (a thread's wake-up on a busy host) counts only up
+// to the link's time, so exposed + hidden = upload seconds.
 #pragma once
 
 #include <nlohmann/json.hpp>
