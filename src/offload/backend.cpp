@@ -184,7 +184,8 @@ void OffloadBackend::enter(std::size_t index) {
   // Calls the run skipped (a prompt cache hit skips the encoder) are passed
   // over; a call the schedule does not have left it: stream without it.
   const auto from = schedule_.begin() + static_cast<std::ptrdiff_t>(cursor_);
-  if (const auto call = std::find(from, schedule_.end(), c.resolved.path); call != schedule_.end()) {
+  if (const auto call = std::find(from, schedule_.end(), c.resolved.path);
+      call != schedule_.end()) {
     cursor_ = static_cast<std::size_t>(call - schedule_.begin()) + 1;
   } else if (!schedule_.empty()) {
     schedule_.clear();
