@@ -100,7 +100,6 @@ OffloadReport OffloadRecorder::build(bool per_request, const ResidencyLedger& le
 }
 
 void OffloadRecorder::clear() {
-  pending_.clear();
   *this = OffloadRecorder();
 }
 
