@@ -226,7 +226,10 @@ PYBIND11_MODULE(_omni, m) {
                        const std::string& dtype, const ByteSize& sim_memory, double sim_link_gbps,
                        const ByteSize& prompt_cache, bool offload_streaming, bool pin_memory,
                        std::uint64_t max_pin_chunk_bytes,
-                       const std::vector<std::string>& split_components) {
+                       const std::vector<std::string>& split_components,
+                       const std::optional<ByteSize>& device_memory_budget,
+                       const std::optional<ByteSize>& reserve_memory, bool enable_layerwise_offload,
+                       std::size_t prefetch_blocks, bool offload_auto) {
              omni::EngineArgs args;
              args.model = model;
              args.enable_cpu_offload = enable_cpu_offload;
@@ -239,12 +242,20 @@ PYBIND11_MODULE(_omni, m) {
              args.offload.pin_memory = pin_memory;
              args.offload.max_pin_chunk_bytes = max_pin_chunk_bytes;
              args.offload.split_components = split_components;
+             if (device_memory_budget)
+               args.offload.device_memory_budget = to_bytes(*device_memory_budget);
+             if (reserve_memory) args.offload.reserve_bytes = to_bytes(*reserve_memory);
+             args.enable_layerwise_offload = enable_layerwise_offload;
+             args.offload.prefetch_blocks = prefetch_blocks;
+             args.offload_auto = offload_auto;
              return std::make_unique<Engine>(std::move(args));
            }),
            py::arg("model"), py::kw_only(), py::arg("enable_cpu_offload"), py::arg("device"),
            py::arg("dtype"), py::arg("sim_memory"), py::arg("sim_link_gbps"),
            py::arg("prompt_cache"), py::arg("offload_streaming"), py::arg("pin_memory"),
            py::arg("max_pin_chunk_bytes"), py::arg("split_components"),
+           py::arg("device_memory_budget"), py::arg("reserve_memory"),
+           py::arg("enable_layerwise_offload"), py::arg("prefetch_blocks"), py::arg("offload_auto"),
            "Loads the model and enables offload (GIL released). Errors: omni's classes.")
       .def(
           "generate",

@@ -56,7 +56,7 @@ void MeteredDevice::release_cached_memory() {
     dropped.swap(state_->cached);
   }
   dropped.clear();  // outside the lock: freeing may take a while
-  inner_.release_cached_memory();
+  device::copy_back(inner_).release_cached_memory();
 }
 
 device::MemoryStats MeteredDevice::memory_stats() const {
@@ -113,7 +113,7 @@ void MeteredDevice::copy_to_device(torch::Tensor& buffer, std::size_t offset, co
 
 void MeteredDevice::copy_to_host(void* dst, const torch::Tensor& buffer, std::size_t offset,
                                  std::size_t bytes) {
-  inner_.copy_to_host(dst, buffer, offset, bytes);
+  device::copy_back(inner_).copy_to_host(dst, buffer, offset, bytes);
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->readings.d2h_bytes += bytes;
   state_->readings.d2h_copies += 1;

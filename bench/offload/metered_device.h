@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 
+#include "device/copy_back.h"
 #include "omni/device/device.h"
 
 namespace omni::bench {
@@ -33,7 +34,7 @@ struct MeterReadings {
   std::uint64_t pin_refusals = 0;
 };
 
-class MeteredDevice final : public device::Device {
+class MeteredDevice final : public device::Device, public device::CopyBack {
  public:
   // `inner` must outlive this object. See Note [Caching device allocations on sim].
   MeteredDevice(device::Device& inner, bool cache_allocations);

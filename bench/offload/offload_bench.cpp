@@ -15,9 +15,11 @@
 #include "bench/offload/modeled_compute.h"
 #include "bench/offload/profile_pipeline.h"
 #include "bench/offload/strategies.h"
+#include "device/copy_back.h"
 #include "omni/device/device.h"
 #include "omni/error.h"
 #include "omni/offload/host_home.h"
+#include "omni/offload/policy.h"
 
 namespace omni::bench {
 
@@ -32,12 +34,14 @@ double since(Clock::time_point start) {
 constexpr std::uint64_t kSimDefaultBudget = 1'000'000'000;  // 1 GB of weights
 constexpr std::size_t kPinChunk = 256ull << 20;             // as OffloadOptions' default
 
-constexpr int kStrategies = 6;
+constexpr int kStrategies = 8;
 const char* kStrategyNames[kStrategies] = {"raw",           "all-resident", "omni",
-                                           "omni-streamed", "copy-back",    "accelerate"};
+                                           "omni-streamed", "omni-budget",  "omni-layerwise",
+                                           "copy-back",     "accelerate"};
 const StrategyKind kStrategyOrder[kStrategies] = {
     StrategyKind::raw,           StrategyKind::all_resident, StrategyKind::omni,
-    StrategyKind::omni_streamed, StrategyKind::copy_back,    StrategyKind::accelerate};
+    StrategyKind::omni_streamed, StrategyKind::omni_budget,  StrategyKind::omni_layerwise,
+    StrategyKind::copy_back,     StrategyKind::accelerate};
 
 std::string role_name(offload::Role role) {
   return std::string(offload::to_string(role));
@@ -101,6 +105,55 @@ struct Plan {
   std::optional<ComputeModel> compute;  // Note [Modeled compute]; none: movement only
   std::vector<std::size_t> calls;       // a modeled request's component calls
 };
+
+// --device-memory-budget: a size, or a share of `total` ("60%").
+std::uint64_t budget_bytes(const std::string& text, std::uint64_t total) {
+  if (!text.empty() && text.back() == '%') {
+    double percent = 0;
+    std::size_t used = 0;
+    try {
+      percent = std::stod(text.substr(0, text.size() - 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    OMNI_CHECK(used == text.size() - 1 && percent > 0 && percent <= 1000, ConfigError,
+               "--device-memory-budget '", text,
+               "': expected a size such as 300MiB or a share "
+               "of the weights such as 60%");
+    return static_cast<std::uint64_t>(percent / 100 * static_cast<double>(total));
+  }
+  const auto bytes = device::parse_byte_size(text);
+  OMNI_CHECK(bytes > 0, ConfigError, "--device-memory-budget must be positive");
+  return bytes;
+}
+
+// The component calls of one request: the modeled ones, else each component once in order.
+std::vector<std::size_t> one_request(const WeightProfile& p,
+                                     const std::vector<std::size_t>& calls) {
+  if (!calls.empty()) return calls;
+  std::vector<std::size_t> order(p.components.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  return order;
+}
+
+// The fewest bytes any whole-component eviction order uploads for one
+// repeat (enable and `requests` requests) under the budget.
+std::uint64_t budget_minimum(const WeightProfile& p, const std::vector<std::size_t>& calls,
+                             const OffloadBenchResult& r) {
+  std::vector<offload::PolicyState::Entry> entries;
+  std::uint64_t fixed = 0;
+  for (const auto& c : p.components) {
+    const bool swappable = c.role != offload::Role::resident;
+    entries.push_back({c.name, c.role, c.bytes(p.dtype), 0, swappable});
+    if (!swappable) fixed += entries.back().bytes;
+  }
+  std::vector<std::size_t> all;
+  const auto request = one_request(p, calls);
+  for (int q = 0; q < r.requests; ++q) all.insert(all.end(), request.begin(), request.end());
+  const std::vector<bool> none(entries.size(), false);
+  return fixed +
+         offload::plan_evictions(entries, none, all, r.device_memory_budget_bytes).upload_bytes;
+}
 
 // The largest block group offload moves (Note [Block groups]), from the shapes alone.
 std::uint64_t largest_block_bytes(const WeightProfile& profile) {
@@ -236,6 +289,15 @@ Plan make_plan(const OffloadBenchConfig& config) {
       case StrategyKind::omni_streamed:
         add("omni-streamed", r.total_bytes, streamed_peak);
         break;
+      case StrategyKind::omni_budget:
+        r.device_memory_budget_bytes = budget_bytes(config.device_memory_budget, r.total_bytes);
+        r.budget_minimum_h2d_bytes = budget_minimum(p, plan.calls, r);
+        add("omni-budget", r.total_bytes, r.device_memory_budget_bytes);
+        break;
+      case StrategyKind::omni_layerwise:
+        r.device_memory_budget_bytes = budget_bytes(config.device_memory_budget, r.total_bytes);
+        add("omni-layerwise", r.total_bytes, r.device_memory_budget_bytes);
+        break;
       case StrategyKind::copy_back:
         add("copy-back", std::max(r.total_bytes, pow2_pool_bytes(p)), exclusive_peak);
         break;
@@ -307,6 +369,10 @@ std::unique_ptr<Strategy> make_strategy(const StrategyReport& s, device::Device&
   if (name == "omni") return make_omni_strategy(device, OmniMode::whole_components);
   if (name == "omni-streamed")
     return make_omni_strategy(device, OmniMode::streamed, s.planned_device_bytes);
+  if (name == "omni-budget")
+    return make_omni_strategy(device, OmniMode::budget, s.planned_device_bytes);
+  if (name == "omni-layerwise")
+    return make_omni_strategy(device, OmniMode::layerwise, s.planned_device_bytes);
   if (name == "all-resident") return make_omni_strategy(device, OmniMode::all_resident);
   if (name == "copy-back") return make_copy_back_strategy(device);
   return make_accelerate_strategy(device);
@@ -360,7 +426,7 @@ void run_repeats(Plan& plan, MeteredDevice& meter, const CheckpointImage& image,
   for (int rep = 0; rep < repeats; ++rep) {
     auto strategy = make_strategy(s, meter);
     auto pipeline = build_pipeline(profile, image, strategy->storage());
-    device.release_cached_memory();
+    device::copy_back(device).release_cached_memory();
     device.synchronize();
     meter.reset_pinned_peak();
     device.reset_peak();
@@ -388,7 +454,9 @@ void run_repeats(Plan& plan, MeteredDevice& meter, const CheckpointImage& image,
         strategy->begin_request(calls, q + 1 < requests ? calls : std::vector<std::string>());
         run_modeled_request(plan, *strategy, device, meter, group_runs, acc, request);
       } else {
-        strategy->begin_request();
+        std::vector<std::string> names;
+        for (const auto& c : profile.components) names.push_back(c.name);
+        strategy->begin_request(names, q + 1 < requests ? names : std::vector<std::string>());
       }
       for (std::size_t i = 0; !plan.compute && i < pipeline->size(); ++i) {
         time_swap(profile.components[i].name, meter, device, request, [&] { strategy->enter(i); });
@@ -432,7 +500,7 @@ void run_repeats(Plan& plan, MeteredDevice& meter, const CheckpointImage& image,
     strategy->teardown();
     pipeline.reset();
     strategy.reset();
-    device.release_cached_memory();
+    device::copy_back(device).release_cached_memory();
     device.synchronize();
   }
 }
@@ -444,7 +512,7 @@ void run_raw(Plan& plan, MeteredDevice& meter, const CheckpointImage& image, Str
   device::Device& device = meter;  // caches allocations on sim (metered_device.h)
   const auto bytes = static_cast<std::size_t>(plan.result.expert_bytes);
   for (int rep = 0; rep < plan.result.repeats; ++rep) {
-    device.release_cached_memory();
+    device::copy_back(device).release_cached_memory();
     meter.reset_pinned_peak();
     device.reset_peak();
     const bool rss = reset_rss_peak();
@@ -494,7 +562,7 @@ void run_raw(Plan& plan, MeteredDevice& meter, const CheckpointImage& image, Str
     buffer = torch::Tensor();
     region.reset();
     pageable = torch::Tensor();
-    device.release_cached_memory();
+    device::copy_back(device).release_cached_memory();
   }
 }
 
@@ -539,12 +607,15 @@ void summarize(StrategyReport& s, const OffloadBenchResult& r) {
     if (rep.rss_peak_bytes)
       s.rss_peak_bytes = std::max(s.rss_peak_bytes.value_or(0), *rep.rss_peak_bytes);
   }
-  const auto& rep0 = s.repeats.front();
-  s.h2d_bytes_total = rep0.enable_h2d_bytes;
-  s.d2h_bytes_total = rep0.enable_d2h_bytes;
-  for (const auto& req : rep0.requests) {
-    s.h2d_bytes_total += req.h2d_bytes;
-    s.d2h_bytes_total += req.d2h_bytes;
+  // Over all repeats, each starting cold.
+  s.h2d_bytes_total = s.d2h_bytes_total = 0;
+  for (const auto& rep : s.repeats) {
+    s.h2d_bytes_total += rep.enable_h2d_bytes;
+    s.d2h_bytes_total += rep.enable_d2h_bytes;
+    for (const auto& req : rep.requests) {
+      s.h2d_bytes_total += req.h2d_bytes;
+      s.d2h_bytes_total += req.d2h_bytes;
+    }
   }
   s.expert_swap_seconds = Stats::of(expert);
   s.expert_swap_gbps = Stats::of(expert_gbps);
@@ -661,6 +732,58 @@ void evaluate_streaming_targets(OffloadBenchResult& r) {
   }
 }
 
+// Note [Residency policies]: the fewest bytes a schedule allows.
+void evaluate_budget_targets(OffloadBenchResult& r) {
+  const auto* budget = r.strategy("omni-budget");
+  if (!budget || budget->status != "ok") return;
+  const auto repeats = static_cast<std::uint64_t>(budget->repeats.size());
+  {
+    TargetCheck t{"omni-budget h2d bytes vs the exact minimum", "n/a", "<= 1", std::nullopt};
+    const auto minimum = repeats * r.budget_minimum_h2d_bytes;
+    t.measured = bytes_text(budget->h2d_bytes_total) + " of " + bytes_text(minimum);
+    t.pass = budget->h2d_bytes_total <= minimum;
+    r.targets.push_back(t);
+  }
+  if (r.device_memory_budget_bytes >= r.total_bytes) {
+    TargetCheck t{"omni-budget h2d bytes with room for all vs one upload each", "n/a", "= 1",
+                  std::nullopt};
+    t.measured = bytes_text(budget->h2d_bytes_total) + " of " + bytes_text(repeats * r.total_bytes);
+    t.pass = budget->h2d_bytes_total == repeats * r.total_bytes;
+    r.targets.push_back(t);
+  }
+  {
+    TargetCheck t{"omni-budget peak vs budget", "n/a", "<= 1", std::nullopt};
+    t.measured =
+        bytes_text(budget->peak_device_bytes) + " of " + bytes_text(r.device_memory_budget_bytes);
+    t.pass = budget->peak_device_bytes <= r.device_memory_budget_bytes;
+    r.targets.push_back(t);
+  }
+}
+
+// Layerwise: all-resident's time at the budget's memory.
+void evaluate_layerwise_targets(OffloadBenchResult& r) {
+  const auto* layerwise = r.strategy("omni-layerwise");
+  if (!layerwise || layerwise->status != "ok") return;
+  const auto* resident = r.strategy("all-resident");
+  {
+    TargetCheck t{"omni-layerwise request time vs all-resident", "n/a", "<= 1.05x", std::nullopt};
+    if (!r.compute_model.empty() && resident && resident->status == "ok" &&
+        resident->request_seconds.count && layerwise->request_seconds.count) {
+      const double ratio = layerwise->request_seconds.median / resident->request_seconds.median;
+      t.measured = fmt("%.3fx", ratio);
+      t.pass = ratio <= 1.05;
+    }
+    r.targets.push_back(t);
+  }
+  {
+    TargetCheck t{"omni-layerwise peak vs budget", "n/a", "<= 1", std::nullopt};
+    t.measured = bytes_text(layerwise->peak_device_bytes) + " of " +
+                 bytes_text(r.device_memory_budget_bytes);
+    t.pass = layerwise->peak_device_bytes <= r.device_memory_budget_bytes;
+    r.targets.push_back(t);
+  }
+}
+
 void finish(OffloadBenchResult& r) {
   const auto* raw = r.strategy("raw-pinned");
   for (auto& s : r.strategies) {
@@ -672,6 +795,8 @@ void finish(OffloadBenchResult& r) {
   }
   evaluate_targets(r);
   evaluate_streaming_targets(r);
+  evaluate_budget_targets(r);
+  evaluate_layerwise_targets(r);
 }
 
 }  // namespace
@@ -686,6 +811,10 @@ std::string_view to_string(StrategyKind kind) {
       return "omni";
     case StrategyKind::omni_streamed:
       return "omni-streamed";
+    case StrategyKind::omni_budget:
+      return "omni-budget";
+    case StrategyKind::omni_layerwise:
+      return "omni-layerwise";
     case StrategyKind::copy_back:
       return "copy-back";
     case StrategyKind::accelerate:
@@ -708,6 +837,7 @@ void OffloadBenchConfig::validate() const {
              "--sim-link-gbps must be 0 (memcpy speed) or a positive number of GB/s, got ",
              sim_link_gbps);
   OMNI_CHECK(steps >= 1 && steps <= 1000, ConfigError, "--steps must be in [1, 1000], got ", steps);
+  (void)budget_bytes(device_memory_budget, 1);
 }
 
 std::vector<StrategyKind> OffloadBenchConfig::strategy_kinds() const {
@@ -716,9 +846,11 @@ std::vector<StrategyKind> OffloadBenchConfig::strategy_kinds() const {
     bool known = false;
     for (int i = 0; i < kStrategies; ++i)
       if (name == kStrategyNames[i]) selected[i] = known = true;
-    OMNI_CHECK(known, ConfigError, "unknown strategy '", name,
-               "' in --strategies; known: all-resident, omni, omni-streamed, copy-back, "
-               "accelerate, raw");
+    OMNI_CHECK(
+        known, ConfigError, "unknown strategy '", name,
+        "' in --strategies; known: all-resident, omni, omni-streamed, omni-budget, omni-layerwise, "
+        "copy-back, "
+        "accelerate, raw");
   }
   std::vector<StrategyKind> out;
   for (int i = 0; i < kStrategies; ++i)
@@ -833,6 +965,10 @@ nlohmann::json OffloadBenchResult::to_json() const {
   j["swappable_bytes"] = swappable_bytes;
   j["expert_swap"] = {{"component", expert}, {"bytes", expert_bytes}};
   j["model_level_planned_peak_bytes"] = model_level_planned_peak_bytes;
+  if (device_memory_budget_bytes > 0) {
+    j["device_memory_budget_bytes"] = device_memory_budget_bytes;
+    j["budget_minimum_h2d_bytes_per_repeat"] = budget_minimum_h2d_bytes;
+  }
   j["largest_block_bytes"] = largest_block_bytes;
   j["sim_link_gbps"] = sim_link_gbps;
   j["compute_model"] =

@@ -36,7 +36,16 @@
 
 namespace omni::bench {
 
-enum class StrategyKind { raw, all_resident, omni, omni_streamed, copy_back, accelerate };
+enum class StrategyKind {
+  raw,
+  all_resident,
+  omni,
+  omni_streamed,
+  omni_budget,
+  omni_layerwise,
+  copy_back,
+  accelerate
+};
 std::string_view to_string(StrategyKind kind);
 
 struct OffloadBenchConfig {
@@ -50,7 +59,10 @@ struct OffloadBenchConfig {
   // The sim device's link speed in GB/s (Note [The sim link]). Above 0 (or on
   // a GPU), requests run with modeled compute (Note [Modeled compute]).
   double sim_link_gbps = 0;
-  int steps = 8;          // denoising steps of a modeled request
+  int steps = 8;  // denoising steps of a modeled request
+  // omni-budget's --device-memory-budget: a size ("300MiB") or a share of
+  // the (scaled) weights ("60%").
+  std::string device_memory_budget = "60%";
   std::string json_path;  // rewritten after every strategy when set
   bool plan_only = false;
   std::uint64_t seed = 7;
@@ -142,6 +154,11 @@ struct OffloadBenchResult {
   std::uint64_t total_bytes = 0, swappable_bytes = 0, expert_bytes = 0;
   // max(encoders, largest DiT) + VAE, and the largest block group offload moves.
   std::uint64_t model_level_planned_peak_bytes = 0, largest_block_bytes = 0;
+  std::uint64_t device_memory_budget_bytes = 0;  // omni-budget's
+  // The fewest bytes any whole-component eviction order uploads for one
+  // repeat's requests under that budget, enable included (Note [Residency
+  // policies]); 0 when omni-budget is not run.
+  std::uint64_t budget_minimum_h2d_bytes = 0;
   double sim_link_gbps = 0;
   std::string compute_model;               // empty: movement only
   std::vector<std::string> request_calls;  // a modeled request's component calls

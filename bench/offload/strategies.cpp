@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "bench/offload/pinned_host_pool.h"
+#include "device/copy_back.h"
 #include "offload/rebind.h"
 #include "omni/error.h"
 #include "omni/offload/backend.h"
@@ -32,13 +33,17 @@ class OmniStrategy final : public Strategy {
         return "omni";
       case OmniMode::streamed:
         return "omni-streamed";
+      case OmniMode::budget:
+        return "omni-budget";
+      case OmniMode::layerwise:
+        return "omni-layerwise";
       case OmniMode::all_resident:
         return "all-resident";
     }
     return "?";
   }
   WeightStorage storage() const override { return WeightStorage::image_views; }
-  bool streams() const override { return mode_ == OmniMode::streamed; }
+  bool streams() const override { return options().streaming; }
 
   void enable(ProfilePipeline& pipeline, const WeightProfile& profile) override {
     pipeline_ = &pipeline;
@@ -49,17 +54,12 @@ class OmniStrategy final : public Strategy {
       if (is(c.role, offload::Role::vae)) spec.vae_modules.push_back(c.name);
       if (is(c.role, offload::Role::resident)) spec.resident_modules.push_back(c.name);
     }
-    offload::OffloadOptions options;
-    options.pin_memory = true;
-    options.quiet = true;
-    options.streaming = mode_ == OmniMode::streamed;
-    const auto capacity = device_.memory_stats().capacity_bytes;
-    if (device_budget_ > 0 && capacity > device_budget_)
-      options.reserve_bytes = capacity - device_budget_;
-    if (mode_ == OmniMode::all_resident)
-      backend_ = std::make_unique<offload::AllResidentBackend>(device_, options);
-    else
-      backend_ = std::make_unique<offload::ModelLevelOffloadBackend>(device_, options);
+    auto kind = offload::PolicyKind::model_level;
+    if (mode_ == OmniMode::all_resident) kind = offload::PolicyKind::all_resident;
+    if (mode_ == OmniMode::budget) kind = offload::PolicyKind::budget;
+    if (mode_ == OmniMode::layerwise) kind = offload::PolicyKind::layerwise;
+    backend_ =
+        std::make_unique<offload::OffloadBackend>(device_, offload::make_policy(kind), options());
     backend_->enable(pipeline, spec);
     note_host();
   }
@@ -106,6 +106,20 @@ class OmniStrategy final : public Strategy {
   }
 
  private:
+  offload::OffloadOptions options() const {
+    offload::OffloadOptions options;
+    options.pin_memory = true;
+    options.quiet = true;
+    options.streaming =
+        mode_ == OmniMode::streamed || mode_ == OmniMode::budget || mode_ == OmniMode::layerwise;
+    const auto capacity = device_.memory_stats().capacity_bytes;
+    if (mode_ == OmniMode::budget || mode_ == OmniMode::layerwise)
+      options.device_memory_budget = device_budget_;
+    else if (device_budget_ > 0 && capacity > device_budget_)
+      options.reserve_bytes = capacity - device_budget_;
+    return options;
+  }
+
   void note_host() {
     const auto now = host_bytes();
     peak_.pinned = std::max(peak_.pinned, now.pinned);
@@ -190,7 +204,7 @@ class Mover {
   void to_host_pageable(Movable& t) {
     if (!t.on_device) return;
     auto host = torch::empty(t.live.sizes(), torch::TensorOptions().dtype(t.live.scalar_type()));
-    device_.copy_to_host(host.data_ptr(), t.buffer, 0, t.bytes);
+    device::copy_back(device_).copy_to_host(host.data_ptr(), t.buffer, 0, t.bytes);
     land(t, host, false);
     pageable_ += t.bytes;
     peak_.pageable = std::max(peak_.pageable, pageable_);
@@ -202,7 +216,7 @@ class Mover {
     if (!t.on_device) return;
     bool pinned = false;
     auto block = pool_.acquire(t.bytes, &pinned);
-    device_.copy_to_host(block.data_ptr(), t.buffer, 0, t.bytes);
+    device::copy_back(device_).copy_to_host(block.data_ptr(), t.buffer, 0, t.bytes);
     land(t, view_over(block, t.live), pinned);
     peak_.pinned = std::max(peak_.pinned, pool_.pinned_reserved_bytes());
     peak_.pageable = std::max(peak_.pageable,
@@ -316,7 +330,8 @@ class CopyBackStrategy final : public Strategy {
         mover_.to_host_pinned(t);
         moved = true;
       }
-      if (moved) device_.release_cached_memory();  // current_omni_platform.empty_cache()
+      if (moved)
+        device::copy_back(device_).release_cached_memory();  // current_omni_platform.empty_cache()
     }
     for (auto& t : components_[index].tensors) mover_.to_device(t, /*blocking=*/true);
     device_.synchronize();
@@ -358,7 +373,7 @@ class AccelerateStrategy final : public Strategy {
     // module.to(execution_device).
     if (index > 0) {
       for (auto& t : components_[index - 1].tensors) mover_.to_host_pageable(t);
-      device_.release_cached_memory();
+      device::copy_back(device_).release_cached_memory();
     }
     for (auto& t : components_.at(index).tensors) mover_.to_device(t, /*blocking=*/true);
   }
@@ -367,7 +382,7 @@ class AccelerateStrategy final : public Strategy {
     // maybe_free_model_hooks() → enable_model_cpu_offload(): self.to("cpu"), empty cache.
     for (auto& c : components_)
       for (auto& t : c.tensors) mover_.to_host_pageable(t);
-    device_.release_cached_memory();
+    device::copy_back(device_).release_cached_memory();
     Strategy::end_request();
   }
 

@@ -88,7 +88,7 @@ class Strategy {
 // strict mode); omni-streamed: the same with streaming (Note [Streaming
 // model-level offload]), `device_budget` bytes of weights at most (capacity
 // minus the reserve); all-resident: every component uploaded once at enable.
-enum class OmniMode { whole_components, streamed, all_resident };
+enum class OmniMode { whole_components, streamed, budget, layerwise, all_resident };
 std::unique_ptr<Strategy> make_omni_strategy(device::Device& device, OmniMode mode,
                                              std::uint64_t device_budget = 0);
 std::unique_ptr<Strategy> make_copy_back_strategy(device::Device& device);

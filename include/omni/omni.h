@@ -15,6 +15,7 @@
 #include <string>
 
 #include "omni/device/device.h"
+#include "omni/offload/auto_plan.h"
 #include "omni/offload/backend.h"
 #include "omni/offload/report.h"
 #include "omni/pipelines/pipeline.h"
@@ -27,6 +28,12 @@ using pipelines::GenerationRequest;
 struct EngineArgs {
   std::string model = "example:wan-shaped";
   bool enable_cpu_offload = false;
+  // DiT blocks stream through every call (--enable-layerwise-offload): for a
+  // device smaller than one DiT. offload.prefetch_blocks is --prefetch-blocks.
+  bool enable_layerwise_offload = false;
+  // --offload auto: the mode is chosen from the component sizes and the
+  // budget (Note [Choosing an offload mode]); the flags above are ignored.
+  bool offload_auto = false;
   std::string device = "auto";    // auto | cpu | sim | cuda[:N]
   std::string dtype = "float32";  // float32 | bfloat16 | float16
   std::uint64_t sim_memory_bytes = 64ull << 30;
@@ -36,9 +43,12 @@ struct EngineArgs {
   // Text-encoder outputs kept for reuse (Note [Prompt cache]); 0: none.
   std::uint64_t prompt_cache_bytes = 256ull << 20;
   offload::OffloadOptions offload;
-  device::FaultInjection faults;  // tests only
   // Throws ConfigError naming the bad field.
   void validate() const;
+  // layerwise with enable_layerwise_offload; else budget when
+  // offload.device_memory_budget is set (it implies offload); else
+  // model-level with enable_cpu_offload; else all-resident.
+  offload::PolicyKind offload_policy() const;
 };
 
 struct GenerateResult {
@@ -81,12 +91,16 @@ class Omni {
   device::Device& device() { return *device_; }
   pipelines::Pipeline& pipeline() { return *pipeline_; }
   offload::OffloadBackend* backend() { return backend_.get(); }
+  // What --offload auto chose and why; nullopt without it.
+  const std::optional<offload::OffloadChoice>& offload_choice() const { return choice_; }
 
  private:
   EngineArgs args_;
   std::unique_ptr<device::Device> device_;
   std::shared_ptr<pipelines::Pipeline> pipeline_;
   std::unique_ptr<offload::OffloadBackend> backend_;
+  std::optional<offload::OffloadChoice> choice_;
+  offload::PolicyKind choose_policy();
   pipelines::PromptCache prompt_cache_;
 };
 

@@ -98,6 +98,13 @@ class Omni:
     pin_memory: page-lock the weights' host homes (pageable when False).
     max_pin_chunk_bytes: the largest single pinned allocation.
     split_components: for split models, the sub-components to swap (all when empty).
+    device_memory_budget: device bytes the weights may hold, bytes or a size such as "20GiB"
+        (the CLI's --device-memory-budget); implies offload: components stay while they fit.
+    reserve_memory: device bytes kept free of weights (the CLI's --reserve-memory).
+    enable_layerwise_offload: DiT blocks stream through every call, for a device smaller than one
+        DiT (the CLI's --enable-layerwise-offload); prefetch_blocks: blocks uploaded ahead.
+    offload: "auto" chooses the offload mode from the component sizes and the budget (the CLI's
+        --offload auto); None (default) follows the keywords above.
     vae_use_tiling: accepted as False (the VAE decodes in one piece); True is not implemented.
     boundary_ratio, flow_shift: vllm-omni's overrides; this engine takes both from the model's
         files, so passing one raises NotImplementedError.
@@ -122,6 +129,11 @@ class Omni:
         pin_memory: bool = True,
         max_pin_chunk_bytes: int = 256 << 20,
         split_components: Sequence[str] = (),
+        device_memory_budget: Union[int, str, None] = None,
+        reserve_memory: Union[int, str, None] = None,
+        enable_layerwise_offload: bool = False,
+        prefetch_blocks: int = 1,
+        offload: Optional[str] = None,
         vae_use_tiling: Optional[bool] = None,
         boundary_ratio: Optional[float] = None,
         flow_shift: Optional[float] = None,
@@ -135,6 +147,8 @@ class Omni:
             raise NotImplementedError("vae_use_tiling=True: this engine's VAE has no tiled decode")
         if offload_streaming not in ("on", "off", True, False):
             raise ConfigError(f"offload_streaming must be 'on' or 'off', got {offload_streaming!r}")
+        if offload not in (None, "auto"):
+            raise ConfigError(f"offload must be 'auto' or None, got {offload!r}")
         if isinstance(split_components, str):
             raise TypeError("split_components must be a sequence of names, not a string")
         self._engine = _omni.Engine(
@@ -149,6 +163,11 @@ class Omni:
             pin_memory=bool(pin_memory),
             max_pin_chunk_bytes=max_pin_chunk_bytes,
             split_components=list(split_components),
+            device_memory_budget=device_memory_budget,
+            reserve_memory=reserve_memory,
+            enable_layerwise_offload=bool(enable_layerwise_offload),
+            prefetch_blocks=int(prefetch_blocks),
+            offload_auto=offload == "auto",
         )
 
     def generate(

@@ -104,7 +104,8 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--device", config->device, "auto | sim | cuda[:N]")->capture_default_str();
   cmd->add_option("--strategies", *strategies,
-                  "Comma-separated: all-resident,omni,omni-streamed,copy-back,accelerate,raw")
+                  "Comma-separated: all-resident,omni,omni-streamed,omni-budget,omni-layerwise,"
+                  "copy-back,accelerate,raw")
       ->capture_default_str();
   cmd->add_option("--sim-memory", config->sim_memory, "Capacity of the sim device")
       ->capture_default_str();
@@ -113,6 +114,10 @@ void add_bench_command(CLI::App& app) {
                   "the same factor from an H100 over PCIe Gen5 (bench/README.md)")
       ->capture_default_str();
   cmd->add_option("--steps", config->steps, "Denoising steps of a modeled request")
+      ->capture_default_str();
+  cmd->add_option("--device-memory-budget", config->device_memory_budget,
+                  "omni-budget's and omni-layerwise's device memory budget: a size (300MiB) or a "
+                  "share of the scaled weights (60%)")
       ->capture_default_str();
   cmd->add_option("--json", config->json_path, "Where to write the JSON (\"\" for none)")
       ->capture_default_str();

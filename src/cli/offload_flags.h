@@ -1,5 +1,6 @@
-// The streaming and sim-link flags that `omni generate` and `omni serve`
-// share (Note [Streaming model-level offload], Note [The sim link]).
+// The offload flags that `omni generate` and `omni serve` share: streaming,
+// the device memory budget and reserve, the sim link (Note [Streaming
+// model-level offload], Note [Residency policies], Note [The sim link]).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,11 @@ namespace omni::cli {
 
 struct OffloadFlags {
   std::string streaming = "on";
+  std::string device_memory_budget;  // empty: none (strict model-level)
+  std::string reserve_memory;        // empty: the device's default
+  bool layerwise = false;
+  std::string mode;  // --offload: "" or "auto"
+  std::size_t prefetch_blocks = 1;
   double sim_link_gbps = 0;
 
   void add_to(CLI::App& cmd) {
@@ -22,14 +28,42 @@ struct OffloadFlags {
                    "behaviour)")
         ->check(CLI::IsMember({"on", "off"}))
         ->capture_default_str();
+    cmd.add_option("--device-memory-budget", device_memory_budget,
+                   "Device bytes the weights may hold (e.g. 20GiB). Implies offload: components "
+                   "stay on the device while they fit and leave only when the budget forces it, "
+                   "chosen to upload the fewest bytes over the known schedule");
+    cmd.add_option("--offload", mode,
+                   "auto: choose all-resident, streamed model-level, budgeted or layerwise offload "
+                   "from the component sizes and the budget, and say which and why")
+        ->check(CLI::IsMember({"auto"}));
+    cmd.add_flag("--enable-layerwise-offload", layerwise,
+                 "DiT blocks stream through every call, the rest as under the budget: runs where "
+                 "one DiT does not fit the device (the budget defaults to the device's memory "
+                 "minus --reserve-memory)");
+    cmd.add_option("--prefetch-blocks", prefetch_blocks,
+                   "With --enable-layerwise-offload: blocks uploaded ahead of the one computing")
+        ->check(CLI::Range(1, 64))
+        ->capture_default_str();
+    cmd.add_option("--reserve-memory", reserve_memory,
+                   "Device bytes kept free of weights for activations and other programs (default: "
+                   "0 on sim, a fifth of the card and at least 4GiB on cuda); the default budget "
+                   "is the device's memory minus this");
     cmd.add_option("--sim-link-gbps", sim_link_gbps,
                    "Speed of the sim device's host-to-device link in GB/s (0: memcpy speed); its "
                    "timings are simulated")
         ->check(CLI::Range(0.0, 1e6))
         ->capture_default_str();
   }
+  // ConfigError for a malformed size.
   void apply(EngineArgs& args) const {
     args.offload.streaming = streaming == "on";
+    args.enable_layerwise_offload = layerwise;
+    args.offload_auto = mode == "auto";
+    args.offload.prefetch_blocks = prefetch_blocks;
+    if (!device_memory_budget.empty())
+      args.offload.device_memory_budget = device::parse_byte_size(device_memory_budget);
+    if (!reserve_memory.empty())
+      args.offload.reserve_bytes = device::parse_byte_size(reserve_memory);
     args.sim_link_gbps = sim_link_gbps;
   }
 };

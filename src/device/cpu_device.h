@@ -1,11 +1,12 @@
 // The cpu "device": no accelerator, so nothing is ever offloaded.
 #pragma once
 
+#include "device/copy_back.h"
 #include "omni/device/device.h"
 
 namespace omni::device {
 
-class CpuDevice final : public Device {
+class CpuDevice final : public Device, public CopyBack {
  public:
   DeviceKind kind() const override { return DeviceKind::cpu; }
   std::string name() const override { return "cpu"; }

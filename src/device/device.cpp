@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "device/copy_back.h"
 #include "device/cpu_device.h"
 #include "device/sim_device.h"
 #include "omni/error.h"
@@ -164,6 +165,12 @@ torch::Tensor make_unusable_placeholder(const torch::Tensor& like) {
 
 bool is_unusable_placeholder(const torch::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+CopyBack& copy_back(Device& device) {
+  auto* seam = dynamic_cast<CopyBack*>(&device);
+  OMNI_INTERNAL_ASSERT(seam != nullptr, "device ", device.name(), " has no bench seam (CopyBack)");
+  return *seam;
 }
 
 }  // namespace omni::device

@@ -5,6 +5,7 @@
 
 #include "device/sim_link.h"
 #include "omni/error.h"
+#include "testing/fault_injection.h"
 
 namespace omni::device {
 
@@ -62,7 +63,7 @@ SimDevice::~SimDevice() = default;
 
 std::shared_ptr<void> SimDevice::pin_host(void* ptr, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(counters_->mutex);
-  const auto& budget = options_.faults.pin_budget_bytes;
+  const auto budget = fault::armed_faults().pin_budget_bytes;  // Note [Fault injection]
   if (budget && counters_->pinned + bytes > *budget) return nullptr;
   counters_->pinned += bytes;
   auto counters = counters_;
@@ -74,8 +75,7 @@ std::shared_ptr<void> SimDevice::pin_host(void* ptr, std::size_t bytes) {
 
 torch::Tensor SimDevice::allocate(std::size_t bytes) {
   ++allocations_;
-  if (options_.faults.fail_allocation_number &&
-      *options_.faults.fail_allocation_number == allocations_)
+  if (const auto n = fault::armed_faults().fail_allocation_number; n && *n == allocations_)
     throw DeviceOutOfMemory(
         detail::concat("sim: out of device memory (injected fault at allocation ", allocations_,
                        " of ", format_bytes(bytes), ")"));

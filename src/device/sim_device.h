@@ -5,13 +5,14 @@
 #include <memory>
 #include <mutex>
 
+#include "device/copy_back.h"
 #include "omni/device/device.h"
 
 namespace omni::device {
 
 class SimLink;
 
-class SimDevice final : public Device {
+class SimDevice final : public Device, public CopyBack {
  public:
   explicit SimDevice(const DeviceOptions& options);
   ~SimDevice() override;

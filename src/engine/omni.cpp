@@ -1,5 +1,7 @@
 #include "omni/omni.h"
 
+#include <iostream>
+
 #include "omni/error.h"
 #include "omni/io/image_writer.h"
 
@@ -22,6 +24,16 @@ void EngineArgs::validate() const {
   OMNI_CHECK(sim_link_gbps >= 0 && sim_link_gbps < 1e6, ConfigError,
              "sim link speed must be 0 (memcpy speed) or a positive number of GB/s, got ",
              sim_link_gbps);
+  OMNI_CHECK(!offload.device_memory_budget || *offload.device_memory_budget > 0, ConfigError,
+             "the device memory budget must be positive");
+  OMNI_CHECK(offload.prefetch_blocks >= 1 && offload.prefetch_blocks <= 64, ConfigError,
+             "prefetch blocks must be in [1, 64], got ", offload.prefetch_blocks);
+}
+
+offload::PolicyKind EngineArgs::offload_policy() const {
+  if (enable_layerwise_offload) return offload::PolicyKind::layerwise;
+  if (offload.device_memory_budget) return offload::PolicyKind::budget;
+  return enable_cpu_offload ? offload::PolicyKind::model_level : offload::PolicyKind::all_resident;
 }
 
 nlohmann::json GenerateResult::report_json() const {
@@ -43,17 +55,38 @@ Omni::Omni(EngineArgs args) : args_(std::move(args)), prompt_cache_(args_.prompt
   device::DeviceOptions options;
   options.sim_memory_bytes = args_.sim_memory_bytes;
   options.sim_link_gbps = args_.sim_link_gbps;
-  options.faults = args_.faults;
-  device_ = device::make_device(device::DeviceSpec::parse(args_.device), args_.enable_cpu_offload,
-                                options);
+  auto policy = args_.offload_policy();
+  const bool offload = args_.offload_auto || policy != offload::PolicyKind::all_resident;
+  device_ = device::make_device(device::DeviceSpec::parse(args_.device), offload, options);
   pipelines::LoadOptions load;
   load.dtype = parse_dtype(args_.dtype);
   pipeline_ = pipelines::load_pipeline(args_.model, load);
-  if (args_.enable_cpu_offload)
-    backend_ = std::make_unique<offload::ModelLevelOffloadBackend>(*device_, args_.offload);
-  else if (device_->supports_offload())
-    backend_ = std::make_unique<offload::AllResidentBackend>(*device_, args_.offload);
+  if (args_.offload_auto && device_->supports_offload()) policy = choose_policy();
+  if (offload || device_->supports_offload())
+    backend_ = std::make_unique<offload::OffloadBackend>(*device_, offload::make_policy(policy),
+                                                         args_.offload);
   if (backend_) backend_->enable(*pipeline_, pipeline_->components());
+}
+
+// Note [Choosing an offload mode]: the sizes of the loaded components, the
+// budget, and the calls of a request with the model's defaults.
+offload::PolicyKind Omni::choose_policy() {
+  std::vector<offload::ComponentSize> sizes;
+  for (const auto& r : offload::resolve_components(*pipeline_, pipeline_->components(), false))
+    sizes.push_back(offload::measure_component(r.path, r.role, *r.module));
+  GenerationRequest probe;
+  probe.prompt = "offload plan";
+  std::vector<std::size_t> calls;
+  for (const auto& name : pipeline_->call_schedule(pipeline_->resolve(probe)))
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      if (sizes[i].name == name) calls.push_back(i);
+  const auto budget = offload::device_budget(*device_, args_.offload);
+  choice_ = offload::choose_offload(sizes, budget, args_.offload.prefetch_blocks, calls);
+  if (choice_->kind == offload::PolicyKind::budget) args_.offload.device_memory_budget = budget;
+  if (!args_.offload.quiet)
+    std::cerr << "omni: offload auto: " << offload::to_string(choice_->kind) << ": " << choice_->why
+              << "\n";
+  return choice_->kind;
 }
 
 Omni::~Omni() {

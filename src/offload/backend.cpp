@@ -6,6 +6,8 @@
 
 #include "offload/rebind.h"
 #include "omni/error.h"
+#include "omni/offload/auto_plan.h"
+#include "testing/fault_injection.h"
 
 namespace omni::offload {
 
@@ -31,8 +33,17 @@ std::uint64_t planned_model_level_peak(const std::vector<std::pair<Role, std::ui
   return std::max({encoders, largest_dit, largest_split}) + statics;
 }
 
-OffloadBackend::OffloadBackend(device::Device& device, OffloadOptions options)
-    : device_(device), options_(options), mover_(device), ledger_(false) {}
+OffloadBackend::OffloadBackend(device::Device& device, std::unique_ptr<ResidencyPolicy> policy,
+                               OffloadOptions options)
+    : device_(device),
+      policy_(std::move(policy)),
+      options_(std::move(options)),
+      mover_(device),
+      ledger_(false) {
+  OMNI_INTERNAL_ASSERT(policy_ != nullptr);
+  // Layerwise blocks move at their own hooks: it always streams.
+  if (policy_->kind() == PolicyKind::layerwise) options_.streaming = true;
+}
 
 OffloadBackend::~OffloadBackend() {
   disable();
@@ -47,11 +58,53 @@ OffloadBackend::Component& OffloadBackend::component(std::string_view name) {
   throw ConfigError(detail::concat("unknown component '", name, "'; known: ", known));
 }
 
-bool OffloadBackend::conflicts(Role target, Role other) const {
-  if (!exclusive()) return false;
-  return (target == Role::dit && (other == Role::encoder || other == Role::dit)) ||
-         (target == Role::encoder && other == Role::dit) ||
-         (target == Role::split && other == Role::split);
+// ---- the policy ------------------------------------------------------------
+
+bool OffloadBackend::streams_blocks(const Component& c) const {
+  return !c.blocks.empty() && c.home != nullptr;
+}
+
+std::uint64_t OffloadBackend::window_bytes() const {
+  if (policy_->kind() != PolicyKind::layerwise) return 0;
+  return (options_.prefetch_blocks + 1) * largest_block_bytes_;
+}
+
+std::optional<std::size_t> OffloadBackend::component_at(std::size_t position) const {
+  if (position >= schedule_.size()) return std::nullopt;
+  for (std::size_t i = 0; i < components_.size(); ++i)
+    if (components_[i].resolved.path == schedule_[position]) return i;
+  return std::nullopt;
+}
+
+PolicyState OffloadBackend::policy_state(std::size_t position) const {
+  PolicyState state;
+  for (const auto& c : components_) {
+    const auto& e = ledger_.entries()[c.ledger_index];
+    state.components.push_back({e.name, e.role, e.bytes, e.resident_bytes, e.swappable});
+    auto& entry = state.components.back();
+    // A component without weights is resident as a flag (Residency).
+    if (!e.has_weights && e.where == Residency::device) entry.resident_bytes = 1;
+    if (streams_blocks(c)) {  // its non-block tensors, fixed; the window is set aside below
+      for (auto k : c.blocks) entry.bytes -= c.home->payload_bytes(c.order[k]);
+      entry.resident_bytes = entry.bytes;
+      entry.swappable = false;
+    }
+  }
+  if (position < schedule_.size())
+    for (auto k = position + 1; k < schedule_.size(); ++k)
+      if (const auto i = component_at(k)) state.upcoming.push_back(*i);
+  state.budget_bytes = budget_bytes_ > 0 ? budget_bytes_ - window_bytes() : std::uint64_t(-1);
+  return state;
+}
+
+std::vector<std::size_t> OffloadBackend::evictions(std::size_t index, std::size_t position) const {
+  const auto& c = components_[index];
+  if (!ledger_.entries()[c.ledger_index].swappable || streams_blocks(c)) return {};
+  return policy_->evictions(policy_state(position), index, running_);
+}
+
+std::uint64_t OffloadBackend::work_out_budget() const {
+  return device_budget(device_, options_);
 }
 
 // ---- moving groups -------------------------------------------------------
@@ -138,11 +191,10 @@ void OffloadBackend::offload(Component& c, bool teardown) {
 
 // ---- phases ----------------------------------------------------------------
 
-void OffloadBackend::make_resident(std::size_t index, bool wait_all) {
+void OffloadBackend::make_resident(std::size_t index, bool wait_all,
+                                   const std::vector<std::size_t>& evict) {
   auto& target = components_[index];
-  const auto role = target.resolved.role;
-  for (auto& other : components_)
-    if (&other != &target && conflicts(role, other.resolved.role)) offload(other);
+  for (auto i : evict) offload(components_[i]);
   const auto incoming = ledger_.incoming();
   if (incoming && (*incoming == target.ledger_index || ledger_.where(*incoming) == Residency::host))
     ledger_.set_incoming(std::nullopt);
@@ -172,15 +224,6 @@ void OffloadBackend::leave_context(std::string_view name) noexcept {
 
 void OffloadBackend::enter(std::size_t index) {
   auto& c = components_[index];
-  // A hooked module called inside another running component must not evict it.
-  for (auto r : running_) {
-    const auto& outer = components_[r];
-    OMNI_CHECK(r == index || !conflicts(c.resolved.role, outer.resolved.role), ResidencyViolation,
-               "residency invariant broken: ", to_string(c.resolved.role), " component '",
-               c.resolved.path, "' was called inside the running forward of ",
-               to_string(outer.resolved.role), " component '", outer.resolved.path,
-               "', which it would evict mid-forward");
-  }
   // Calls the run skipped (a prompt cache hit skips the encoder) are passed
   // over; a call the schedule does not have left it: stream without it.
   const auto from = schedule_.begin() + static_cast<std::ptrdiff_t>(cursor_);
@@ -191,9 +234,20 @@ void OffloadBackend::enter(std::size_t index) {
     schedule_.clear();
     cursor_ = 0;
   }
-  const bool stream = options_.streaming && exclusive();
+  const auto evict = evictions(index, schedule_.empty() ? 0 : cursor_ - 1);
+  // A hooked module called inside another running component must not evict it.
+  for (auto r : running_) {
+    const auto& outer = components_[r];
+    OMNI_CHECK(r == index || std::find(evict.begin(), evict.end(), r) == evict.end(),
+               ResidencyViolation, "residency invariant broken: ", to_string(c.resolved.role),
+               " component '", c.resolved.path, "' was called inside the running forward of ",
+               to_string(outer.resolved.role), " component '", outer.resolved.path,
+               "', which it would evict mid-forward");
+  }
+  const bool stream = options_.streaming && moves();
   if (rolling_ && rolling_->to != index) rolling_.reset();  // the final call ended elsewhere
-  if (ledger_.entries()[c.ledger_index].swappable) make_resident(index, /*wait_all=*/!stream);
+  if (ledger_.entries()[c.ledger_index].swappable && !streams_blocks(c))
+    make_resident(index, /*wait_all=*/!stream, evict);
   running_.push_back(index);
   if (stream) plan_ahead(index);
 }
@@ -208,6 +262,7 @@ void OffloadBackend::leave(std::size_t index) noexcept {
 
 void OffloadBackend::enter_group(std::size_t index, std::size_t g) {
   auto& c = components_[index];
+  if (streams_blocks(c)) return slide_window(index, g);
   if (rolling_ && rolling_->from == index) {
     // Groups before this one in the final call are done: roll them out.
     const auto pos = std::find(c.order.begin(), c.order.end(), g) - c.order.begin();
@@ -215,19 +270,73 @@ void OffloadBackend::enter_group(std::size_t index, std::size_t g) {
   }
   if (!c.groups[g].resident()) {
     // Called outside its component's phase, or released early: bring it back.
-    if (ledger_.where(c.ledger_index) == Residency::host) make_resident(index, false);
+    if (ledger_.where(c.ledger_index) == Residency::host)
+      make_resident(index, false, evictions(index, cursor_ > 0 ? cursor_ - 1 : 0));
     upload_group(c, g);
   }
   wait_group(c, g);
 }
 
+// ---- layerwise -------------------------------------------------------------
+
+// Group g, then the next prefetch_blocks blocks in execution order: the rest
+// of this call's, then the first of the next call's if it streams too.
+std::vector<std::pair<std::size_t, std::size_t>> OffloadBackend::block_window(std::size_t index,
+                                                                              std::size_t g) const {
+  std::vector<std::pair<std::size_t, std::size_t>> window{{index, g}};
+  const auto& c = components_[index];
+  std::size_t k = 0;
+  while (k < c.blocks.size() && c.order[c.blocks[k]] != g) ++k;
+  auto remaining = options_.prefetch_blocks;
+  auto take = [&](std::size_t ci, std::size_t from) {
+    const auto& d = components_[ci];
+    for (auto j = from; j < d.blocks.size() && remaining > 0; ++j) {
+      const std::pair<std::size_t, std::size_t> block{ci, d.order[d.blocks[j]]};
+      if (std::find(window.begin(), window.end(), block) != window.end()) break;
+      window.push_back(block);
+      --remaining;
+    }
+  };
+  take(index, k + 1);
+  if (remaining > 0)
+    if (const auto next = component_at(cursor_); next && streams_blocks(components_[*next]))
+      take(*next, 0);
+  return window;
+}
+
+// At block g's pre-forward hook: blocks outside the window leave (their
+// forwards are done: compute that still reads them keeps them, retire()),
+// the window's arrive, and compute waits for g alone.
+void OffloadBackend::slide_window(std::size_t index, std::size_t g) {
+  auto& c = components_[index];
+  const bool block =
+      std::any_of(c.blocks.begin(), c.blocks.end(), [&](std::size_t k) { return c.order[k] == g; });
+  if (block) {
+    prefetch_window(block_window(index, g));
+  } else {
+    upload_group(c, g);  // a non-block group stays; only a rollback could have sent it home
+  }
+  wait_group(c, g);
+}
+
+void OffloadBackend::prefetch_window(
+    const std::vector<std::pair<std::size_t, std::size_t>>& window) {
+  // Blocks outside the window leave first: never more than K + 1 resident.
+  for (std::size_t ci = 0; ci < components_.size(); ++ci) {
+    auto& d = components_[ci];
+    if (!streams_blocks(d)) continue;
+    for (auto k : d.blocks) {
+      const std::pair<std::size_t, std::size_t> b{ci, d.order[k]};
+      if (std::find(window.begin(), window.end(), b) == window.end()) release_group(d, d.order[k]);
+    }
+  }
+  for (const auto& [ci, gi] : window) upload_group(components_[ci], gi);
+}
+
 std::optional<std::size_t> OffloadBackend::next_call_after_current(std::size_t index) const {
   for (std::size_t k = cursor_; k < schedule_.size(); ++k) {
-    for (std::size_t i = 0; i < components_.size(); ++i) {
-      if (components_[i].resolved.path != schedule_[k]) continue;
-      if (i == index) return i;
-      if (ledger_.entries()[components_[i].ledger_index].swappable) return i;
-    }
+    const auto i = component_at(k);
+    if (i && (*i == index || ledger_.entries()[components_[*i].ledger_index].swappable)) return k;
   }
   return std::nullopt;
 }
@@ -237,30 +346,33 @@ std::uint64_t OffloadBackend::missing_bytes(const Component& c) const {
   return e.bytes - e.resident_bytes;
 }
 
-std::uint64_t OffloadBackend::prefetch_budget() const {
-  const auto capacity = device_.memory_stats().capacity_bytes;
-  if (capacity == 0) return 0;
-  std::uint64_t reserve = 0;
-  if (options_.reserve_bytes)
-    reserve = *options_.reserve_bytes;
-  else if (!device_.is_stand_in())
-    reserve = std::max<std::uint64_t>(capacity / 5, 4ull << 30);
-  return capacity > reserve ? capacity - reserve : 0;
-}
-
 void OffloadBackend::plan_ahead(std::size_t index) {
-  const auto next = next_call_after_current(index);
-  if (!next || *next == index) return;
-  auto& n = components_[*next];
+  const auto position = next_call_after_current(index);
+  if (!position) return;
+  const auto next = *component_at(*position);
+  if (next == index) return;
+  if (streams_blocks(components_[next])) {
+    // A running layerwise DiT's window reaches into the next call itself.
+    if (streams_blocks(components_[index])) return;
+    // Else the next DiT's first blocks become the window (the rest: slide_window).
+    auto& n = components_[next];
+    if (n.blocks.empty()) return;
+    try {
+      prefetch_window(block_window(next, n.order[n.blocks.front()]));
+    } catch (const DeviceOutOfMemory&) {
+      // An offer, not a need: they come at their hooks.
+    }
+    return;
+  }
+  auto& n = components_[next];
   auto& running = components_[index];
-  // What N's activation would evict anyway leaves now, the running component aside.
-  for (auto& other : components_)
-    if (&other != &n && &other != &running && conflicts(n.resolved.role, other.resolved.role))
-      offload(other);
+  // What N's activation would evict anyway leaves now, running components aside.
+  const auto evict = evictions(next, *position);
+  for (auto i : evict)
+    if (std::find(running_.begin(), running_.end(), i) == running_.end()) offload(components_[i]);
   if (ledger_.where(n.ledger_index) == Residency::device) return;
-  const bool replaces = conflicts(n.resolved.role, running.resolved.role);
-  const auto budget = prefetch_budget();
-  if (ledger_.resident_bytes() + missing_bytes(n) <= budget) {
+  const bool replaces = std::find(evict.begin(), evict.end(), index) != evict.end();
+  if (budget_bytes_ > 0 && ledger_.resident_bytes() + missing_bytes(n) <= budget_bytes_) {
     ledger_.set_incoming(n.ledger_index);
     try {
       upload_groups(n, n.order);
@@ -274,7 +386,7 @@ void OffloadBackend::plan_ahead(std::size_t index) {
       cursor_ >= schedule_.size() || schedule_[cursor_] != running.resolved.path;
   if (!replaces || !final_call || !running.streams) return;
   ledger_.set_incoming(n.ledger_index);
-  rolling_ = Rolling{index, *next, 0};
+  rolling_ = Rolling{index, next, 0};
   roll(index, running.entry_groups);  // what fits in the slack goes now
 }
 
@@ -284,7 +396,7 @@ void OffloadBackend::roll(std::size_t from, std::size_t position) {
   for (std::size_t k = out.entry_groups; k < position; ++k) release_group(out, out.order[k]);
   // Never above the planned peak + 2 groups, nor above what the device allows.
   auto limit = planned_peak_ + 2 * largest_group_bytes_;
-  if (const auto budget = prefetch_budget(); budget > 0) limit = std::min(limit, budget);
+  if (budget_bytes_ > 0) limit = std::min(limit, budget_bytes_);
   while (rolling_->next_to < in.order.size()) {
     const auto g = in.order[rolling_->next_to];
     const auto& group = in.home->groups()[g];
@@ -315,7 +427,8 @@ void OffloadBackend::append_schedule(const std::vector<std::string>& calls) {
 
 void OffloadBackend::install_hook(Component& c) {
   ++hooks_installed_;
-  if (options_.fail_hook_install_number && *options_.fail_hook_install_number == hooks_installed_)
+  if (const auto n = fault::armed_faults().fail_hook_install_number;
+      n && *n == hooks_installed_)  // Note [Fault injection]
     throw InternalError(detail::concat("injected fault: hook installation ", hooks_installed_,
                                        " on '", c.resolved.path, "' failed"));
   const auto index = index_of(c);
@@ -352,6 +465,10 @@ void OffloadBackend::plan_groups(Component& c) {
   }
   c.entry_groups = c.order.size();
   c.order.insert(c.order.end(), hooked.begin(), hooked.end());
+  c.blocks.clear();
+  if (!policy_->streams_blocks(c.resolved.role)) return;
+  for (std::size_t k = c.entry_groups; k < c.order.size(); ++k)
+    if (is_block_group(groups[c.order[k]].name)) c.blocks.push_back(k);
 }
 
 namespace {
@@ -411,7 +528,7 @@ void OffloadBackend::adopt(const std::vector<ResolvedComponent>& resolved) {
     Component c;
     c.resolved = r;
     c.bytes = tensor_bytes(*r.module);
-    const bool swap = swappable(r.role) && !noop_;
+    const bool swap = policy_->swappable(r.role) && !noop_;
     c.ledger_index = ledger_.add(r.path, r.role, c.bytes, swap);
     recorder_.add_component(ledger_.entries()[c.ledger_index]);
     components_.push_back(std::move(c));
@@ -480,9 +597,7 @@ void OffloadBackend::register_split_components(const std::vector<NamedModule>& e
                    "' is nested inside '", a.path, "'");
   std::vector<std::pair<Role, std::uint64_t>> sizes;
   for (const auto& r : resolved) sizes.emplace_back(r.role, tensor_bytes(*r.module));
-  planned_peak_ = planned_model_level_peak(sizes);
-  planned_peak_without_offload_ = 0;
-  for (const auto& [role, bytes] : sizes) planned_peak_without_offload_ += bytes;
+  plan(resolved, sizes);
   adopt(resolved);
   if (noop_) return;
   for (auto& c : components_)
@@ -501,9 +616,11 @@ void OffloadBackend::enable(torch::nn::Module& root, const ComponentSpec& spec) 
                 << " has no accelerator memory to offload from; offload is a no-op\n";
     noop_ = true;
   }
-  ledger_ = ResidencyLedger(exclusive());
+  budget_bytes_ = work_out_budget();  // before anything of ours is on the device
+  // plan() sets a budget's limit.
+  ledger_ = ResidencyLedger(policy_->kind() == PolicyKind::model_level);
   components_.clear();
-  auto* delegate = exclusive() ? dynamic_cast<SupportsModelCpuOffload*>(&root) : nullptr;
+  auto* delegate = moves() ? dynamic_cast<SupportsModelCpuOffload*>(&root) : nullptr;
   if (delegate) {
     // The model owns its lifecycle: it registers its sub-components with us.
     registering_ = true;
@@ -521,21 +638,14 @@ void OffloadBackend::enable(torch::nn::Module& root, const ComponentSpec& spec) 
     delegate_ = delegate;
   } else {
     // Resolve and plan before anything moves.
-    auto resolved = resolve_components(root, spec, /*require_exclusion_groups=*/exclusive());
+    auto resolved = resolve_components(root, spec, /*require_exclusion_groups=*/moves());
     std::vector<std::pair<Role, std::uint64_t>> sizes;
-    std::uint64_t total = 0;
-    for (const auto& r : resolved) {
-      sizes.emplace_back(r.role, tensor_bytes(*r.module));
-      total += sizes.back().second;
-    }
-    planned_peak_without_offload_ = total;
-    planned_peak_ = exclusive() ? planned_model_level_peak(sizes) : total;
+    for (const auto& r : resolved) sizes.emplace_back(r.role, tensor_bytes(*r.module));
+    plan(resolved, sizes);
     try {
       if (!noop_) check_claims(root, resolved);  // before anything is homed
       adopt(resolved);
-      if (!noop_) {
-        install(components_);  // upload statics, install hooks
-      }
+      if (!noop_) install();  // upload what never moves, install hooks
     } catch (...) {
       rollback();
       throw;
@@ -562,6 +672,7 @@ void OffloadBackend::disable() noexcept {
       // A partly streamed component is completed, or sent home if the device refuses.
       if (ledger_.where(c.ledger_index) == Residency::partial) {
         try {
+          if (streams_blocks(c)) throw std::runtime_error("layerwise: never resident whole");
           upload(c);
         } catch (...) {
           offload(c);
@@ -590,17 +701,89 @@ void OffloadBackend::disable() noexcept {
   root_ = nullptr;
 }
 
-void ModelLevelOffloadBackend::install(std::vector<Component>& components) {
-  for (auto& c : components)
-    if (c.resolved.role == Role::vae || c.resolved.role == Role::resident) upload(c);
-  for (auto& c : components)
-    if (c.resolved.role == Role::dit || c.resolved.role == Role::encoder ||
-        (options_.streaming && c.resolved.role == Role::vae))
-      install_hook(c);
+void OffloadBackend::plan(const std::vector<ResolvedComponent>& resolved,
+                          const std::vector<std::pair<Role, std::uint64_t>>& sizes) {
+  std::uint64_t total = 0, tensors = 0;
+  for (const auto& [role, bytes] : sizes) total += bytes;
+  for (const auto& r : resolved) tensors += unique_tensors(*r.module).size();
+  planned_peak_without_offload_ = total;
+  // Budgets count weight bytes; device buffers align each tensor. A budget
+  // worked out from the device's memory leaves room for that padding.
+  const bool known = budget_bytes_ > 0;
+  if (!options_.device_memory_budget && known)
+    budget_bytes_ = std::max<std::uint64_t>(
+        1, budget_bytes_ - std::min<std::uint64_t>(budget_bytes_, tensors * kTensorAlignment));
+  const auto kind = policy_->kind();
+  if (kind == PolicyKind::budget || kind == PolicyKind::layerwise) ledger_.set_limit(budget_bytes_);
+  switch (policy_->kind()) {
+    case PolicyKind::model_level:
+      planned_peak_ = planned_model_level_peak(sizes);
+      break;
+    case PolicyKind::budget:
+    case PolicyKind::layerwise:
+      planned_peak_ = budget_bytes_ > 0 ? std::min(total, budget_bytes_) : total;
+      break;
+    case PolicyKind::all_resident:
+      planned_peak_ = total;
+      break;
+  }
+  // Layerwise: a DiT's non-block tensors are fixed; its blocks stream
+  // through a window set aside from the budget.
+  std::vector<PolicyState::Entry> entries;
+  std::uint64_t fixed = 0;
+  largest_block_bytes_ = 0;
+  for (std::size_t i = 0; i < resolved.size(); ++i) {
+    const auto [role, bytes] = sizes[i];
+    PolicyState::Entry e{resolved[i].path, role, bytes, 0, policy_->swappable(role)};
+    if (policy_->streams_blocks(role)) {
+      const auto blocks = measure_component(e.name, role, *resolved[i].module);
+      largest_block_bytes_ = std::max(largest_block_bytes_, blocks.largest_block);
+      e.bytes -= blocks.block_bytes;
+      e.swappable = false;
+    }
+    if (!e.swappable) fixed += e.bytes;
+    entries.push_back(std::move(e));
+  }
+  if (noop_ || !known) return;
+  const auto window = window_bytes();
+  if (policy_->kind() == PolicyKind::layerwise) {
+    OMNI_CHECK(largest_block_bytes_ > 0, ConfigError,
+               "layerwise offload needs DiT blocks (modules named like blocks.N) to stream; "
+               "none were found");
+    OMNI_CHECK(window + fixed < budget_bytes_, ConfigError, "a device memory budget of ",
+               device::format_bytes(budget_bytes_),
+               " is too small for layerwise offload: ", options_.prefetch_blocks + 1, " blocks of ",
+               device::format_bytes(largest_block_bytes_), " in flight and ",
+               device::format_bytes(fixed), " of tensors that never leave need more");
+    std::uint64_t largest_whole = 0;
+    for (const auto& e : entries)
+      if (e.swappable) largest_whole = std::max(largest_whole, e.bytes);
+    planned_peak_ = std::min(budget_bytes_, fixed + window + largest_whole);
+  }
+  policy_->check_plan(entries, budget_bytes_ - std::min(budget_bytes_, window));
 }
 
-void AllResidentBackend::install(std::vector<Component>& components) {
-  for (auto& c : components) upload(c);
+// Components that never move go up now. The others get hooks: swappable
+// ones move at them; with streaming, the VAE's mark its calls in the
+// schedule. Split components are moved by their model's offload contexts.
+void OffloadBackend::install() {
+  for (auto& c : components_)
+    if (!ledger_.entries()[c.ledger_index].swappable) upload(c);
+  if (!moves()) return;
+  for (auto& c : components_) {
+    if (!streams_blocks(c)) continue;
+    // Everything of a layerwise DiT but its blocks stays on the device.
+    for (std::size_t k = 0; k < c.order.size(); ++k)
+      if (std::find(c.blocks.begin(), c.blocks.end(), k) == c.blocks.end())
+        upload_group(c, c.order[k]);
+    for (std::size_t k = 0; k < c.order.size(); ++k)
+      if (c.groups[c.order[k]].resident()) wait_group(c, c.order[k]);
+  }
+  for (auto& c : components_) {
+    const auto role = c.resolved.role;
+    if (role == Role::resident || role == Role::split) continue;
+    if (policy_->swappable(role) || (options_.streaming && role == Role::vae)) install_hook(c);
+  }
 }
 
 void OffloadBackend::begin_request() {
@@ -615,7 +798,7 @@ OffloadReport OffloadBackend::build_report(bool per_request) {
   r.device = device_.name();
   r.stand_in = device_.is_stand_in();
   r.strategy = noop_ || !enabled_ ? "none" : strategy();
-  r.streaming = options_.streaming && exclusive() && r.strategy != "none";
+  r.streaming = options_.streaming && moves() && r.strategy != "none";
   r.planned_peak_bytes = planned_peak_;
   r.planned_peak_without_offload_bytes = planned_peak_without_offload_;
   r.device_peak_allocated_bytes = device_.memory_stats().peak_allocated_bytes;

@@ -12,7 +12,6 @@
 namespace omni::offload {
 
 namespace {
-constexpr std::size_t kAlignment = 256;  // satisfies every dtype and DMA engines
 std::size_t align_up(std::size_t n, std::size_t a) {
   return (n + a - 1) / a * a;
 }
@@ -137,7 +136,7 @@ std::unique_ptr<HostHome> HostHome::build(const std::string& component, torch::n
     slot.offset = offset;
     slot.bytes = static_cast<std::size_t>(e.tensor.numel()) * e.tensor.element_size();
     home->payload_bytes_ += slot.bytes;
-    offset = align_up(offset + slot.bytes, kAlignment);
+    offset = align_up(offset + slot.bytes, kTensorAlignment);
     home->groups_.back().slots.push_back(home->slots_.size());
     home->slots_.push_back(std::move(slot));
   }

@@ -28,6 +28,13 @@ Residency ResidencyLedger::residency_of(const LedgerEntry& e) {
 }
 
 void ResidencyLedger::check(std::size_t changed, std::uint64_t resident) const {
+  if (limit_ > 0 && entries_[changed].has_weights) {
+    const auto total = resident_ - entries_[changed].resident_bytes + resident;
+    OMNI_CHECK(total <= limit_, ResidencyViolation,
+               "residency invariant broken: ", to_string(entries_[changed].role), " component '",
+               entries_[changed].name, "' would bring the device's resident weights to ", total,
+               " bytes, over the budget of ", limit_);
+  }
   if (!exclusive_) return;
   std::string dits, encoders, splits;
   int resident_dits = 0, resident_splits = 0;

@@ -19,6 +19,26 @@ torch::Tensor device_view(const torch::Tensor& buffer, std::size_t offset,
             home.strides());
   return view;
 }
+// The byte ranges of a group's tensors in the region, adjacent ones merged
+// (weights whose sizes are multiples of the alignment make one run).
+std::vector<std::pair<std::size_t, std::size_t>> payload_runs(const HostHome& home,
+                                                              const TensorGroup& group) {
+  std::vector<std::pair<std::size_t, std::size_t>> runs;
+  for (auto index : group.slots) {
+    const auto& slot = home.slots()[index];
+    runs.emplace_back(slot.offset, slot.offset + slot.bytes);
+  }
+  std::sort(runs.begin(), runs.end());
+  std::vector<std::pair<std::size_t, std::size_t>> merged;
+  for (const auto& run : runs) {
+    if (run.first == run.second) continue;
+    if (!merged.empty() && run.first <= merged.back().second)
+      merged.back().second = std::max(merged.back().second, run.second);
+    else
+      merged.push_back(run);
+  }
+  return merged;
+}
 }  // namespace
 
 Mover::~Mover() {
@@ -33,13 +53,17 @@ ResidentGroup Mover::upload(HostHome& home, std::size_t g) {
   const std::size_t size = group.end - group.begin;
   out.buffer = device_.allocate(std::max<std::size_t>(size, 1));
   out.timer = device_.start_transfer_timer();
-  for (const auto& piece : region.pieces()) {
-    const std::size_t lo = std::max(piece.begin, group.begin);
-    const std::size_t hi = std::min(piece.end, group.end);
-    if (lo >= hi) continue;
-    device_.copy_to_device(out.buffer, lo - group.begin, region.data() + lo, hi - lo, piece.pinned);
-    out.pinned = out.pinned && piece.pinned;
-    out.bytes += hi - lo;
+  // The tensors' bytes only: alignment padding between them stays behind.
+  for (const auto& [begin, end] : payload_runs(home, group)) {
+    for (const auto& piece : region.pieces()) {
+      const std::size_t lo = std::max(piece.begin, begin);
+      const std::size_t hi = std::min(piece.end, end);
+      if (lo >= hi) continue;
+      device_.copy_to_device(out.buffer, lo - group.begin, region.data() + lo, hi - lo,
+                             piece.pinned);
+      out.pinned = out.pinned && piece.pinned;
+      out.bytes += hi - lo;
+    }
   }
   out.timer->stop();
   out.fence = device_.fence_uploads();

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "omni/error.h"
+#include "testing/fault_injection.h"
 
 using namespace omni::device;
 
@@ -68,7 +69,9 @@ TEST(SimDevice, EnforcesCapacityWithTypedError) {
 
 TEST(SimDevice, InjectedAllocationFaultFiresOnce) {
   DeviceOptions options;
-  options.faults.fail_allocation_number = 2;
+  omni::fault::Faults faults;
+  faults.fail_allocation_number = 2;
+  omni::fault::ScopedFaults armed(faults);
   auto sim = make_device(DeviceSpec::parse("sim"), true, options);
   EXPECT_NO_THROW(sim->allocate(8));
   EXPECT_THROW(sim->allocate(8), omni::DeviceOutOfMemory);
@@ -77,7 +80,9 @@ TEST(SimDevice, InjectedAllocationFaultFiresOnce) {
 
 TEST(SimDevice, PinBudgetRefusesPastTheLimit) {
   DeviceOptions options;
-  options.faults.pin_budget_bytes = 4096;
+  omni::fault::Faults faults;
+  faults.pin_budget_bytes = 4096;
+  omni::fault::ScopedFaults armed(faults);
   auto sim = make_device(DeviceSpec::parse("sim"), true, options);
   std::vector<char> memory(8192);
   auto first = sim->pin_host(memory.data(), 4096);

@@ -14,6 +14,7 @@
 #include "omni/offload/backend.h"
 #include "omni/omni.h"
 #include "omni/pipelines/wan_shaped_example.h"
+#include "testing/fault_injection.h"
 
 using namespace omni;
 using offload::Residency;
@@ -164,7 +165,9 @@ TEST_F(CudaOffload, NothingComesBackAndHomesArePinned) {
 
 TEST_F(CudaOffload, PageableFallbackGivesTheSameFrames) {
   auto args = cuda_args(true);
-  args.faults.pin_budget_bytes = 0;  // the host refuses every pin
+  omni::fault::Faults faults;
+  faults.pin_budget_bytes = 0;  // the host refuses every pin
+  omni::fault::ScopedFaults armed(faults);
   Omni pageable(args);
   Omni pinned(cuda_args(true));
   auto a = pageable.generate(small_request());
@@ -261,7 +264,9 @@ TEST_F(CudaOffload, DisableKeepsOnlyTheResidentComponentsThenReleaseFreesAll) {
 TEST_F(CudaOffload, FailedEnableLeavesNothingOnTheDevice) {
   const auto baseline = allocated();
   device::DeviceOptions options;
-  options.faults.fail_allocation_number = 3;  // after the VAE's first groups went up
+  omni::fault::Faults faults;
+  faults.fail_allocation_number = 3;  // after the VAE's first groups went up
+  omni::fault::ScopedFaults armed(faults);
   auto faulty = device::make_device(device::DeviceSpec::parse("cuda:0"), true, options);
   auto pipeline = pipelines::make_wan_shaped_example();
   const auto before = host_copies(*pipeline);

@@ -7,6 +7,7 @@
 #include "offload/toy_pipeline.h"
 #include "omni/error.h"
 #include "omni/omni.h"
+#include "testing/fault_injection.h"
 
 using namespace omni;
 using offload::Residency;
@@ -184,7 +185,9 @@ TEST(ModelLevelOffload, PinningRefusedFallsBackToPageableWithSameOutput) {
   auto x = torch::randn({3, 8});
   auto reference = b.run(x);
   device::DeviceOptions options;
-  options.faults.pin_budget_bytes = 4096;  // one chunk, then refusal
+  omni::fault::Faults faults;
+  faults.pin_budget_bytes = 4096;  // one chunk, then refusal
+  omni::fault::ScopedFaults armed(faults);
   auto device = sim(options);
   offload::OffloadOptions oo;
   oo.max_pin_chunk_bytes = 4096;
@@ -207,7 +210,9 @@ TEST(ModelLevelOffload, PinningRefusedFallsBackToPageableWithSameOutput) {
 TEST(ModelLevelOffload, PinningRefusedPartWayOnWanShapedKeepsTheOutput) {
   EngineArgs args = example_args(true);
   args.offload.max_pin_chunk_bytes = 64 << 10;
-  args.faults.pin_budget_bytes = 1 << 20;  // some homes pinned, the rest refused
+  omni::fault::Faults faults;
+  faults.pin_budget_bytes = 1 << 20;  // some homes pinned, the rest refused
+  omni::fault::ScopedFaults armed(faults);
   testing::internal::CaptureStderr();
   Omni omni(args);
   (void)testing::internal::GetCapturedStderr();
@@ -227,7 +232,9 @@ TEST(ModelLevelOffload, UploadFailingHalfWayRollsEnableBack) {
   toy::ToyPipeline p({"text_encoder"}, {"transformer"});
   auto before = snapshot(p);
   device::DeviceOptions options;
-  options.faults.fail_allocation_number = 1;  // the VAE upload at enable
+  omni::fault::Faults faults;
+  faults.fail_allocation_number = 1;  // the VAE upload at enable
+  omni::fault::ScopedFaults armed(faults);
   auto device = sim(options);
   offload::ModelLevelOffloadBackend backend(*device);
   EXPECT_THROW(backend.enable(p, toy::spec({"transformer"}, {"text_encoder"})), DeviceOutOfMemory);
@@ -264,7 +271,9 @@ TEST(ModelLevelOffload, RollbackLeavesPrivateCopiesWhereTheTensorsWere) {
   toy::ToyPipeline p({"text_encoder"}, {"transformer"});
   auto before = snapshot(p);
   device::DeviceOptions options;
-  options.faults.fail_allocation_number = 1;
+  omni::fault::Faults faults;
+  faults.fail_allocation_number = 1;
+  omni::fault::ScopedFaults armed(faults);
   auto device = sim(options);
   {
     offload::ModelLevelOffloadBackend backend(*device);
@@ -287,7 +296,9 @@ TEST(ModelLevelOffload, HookInstallFailureRollsEnableBack) {
   auto before = snapshot(p);
   auto device = sim();
   offload::OffloadOptions oo;
-  oo.fail_hook_install_number = 2;
+  omni::fault::Faults faults;
+  faults.fail_hook_install_number = 2;
+  omni::fault::ScopedFaults armed(faults);
   offload::ModelLevelOffloadBackend backend(*device, oo);
   EXPECT_THROW(backend.enable(p, toy::spec({"transformer", "transformer_2"}, {"text_encoder"})),
                InternalError);
@@ -299,16 +310,20 @@ TEST(ModelLevelOffload, HookInstallFailureRollsEnableBack) {
 
 TEST(ModelLevelOffload, SimCapacityExceededIsTypedAndRecoverable) {
   EngineArgs args = example_args(true);
-  args.faults.fail_allocation_number = 8;  // somewhere inside the first expert's upload
-  Omni omni(args);
-  EXPECT_THROW(omni.generate(request()), DeviceOutOfMemory);
-  const auto& ledger = omni.backend()->ledger();
-  EXPECT_NO_THROW(ledger.verify());
-  EXPECT_EQ(ledger.entries()[*ledger.find("transformer")].where, Residency::host)
-      << "a failed upload leaves the component on the host";
-  auto ok = omni.generate(request());
   Omni reference(example_args(false));
-  EXPECT_TRUE(torch::equal(ok.frames, reference.generate(request()).frames));
+  {
+    omni::fault::Faults faults;
+    faults.fail_allocation_number = 8;        // somewhere inside the first expert's upload
+    omni::fault::ScopedFaults armed(faults);  // for every device made or allocating meanwhile
+    Omni omni(args);
+    EXPECT_THROW(omni.generate(request()), DeviceOutOfMemory);
+    const auto& ledger = omni.backend()->ledger();
+    EXPECT_NO_THROW(ledger.verify());
+    EXPECT_EQ(ledger.entries()[*ledger.find("transformer")].where, Residency::host)
+        << "a failed upload leaves the component on the host";
+    auto ok = omni.generate(request());
+    EXPECT_TRUE(torch::equal(ok.frames, reference.generate(request()).frames));
+  }
 
   EngineArgs tiny = example_args(true);
   tiny.sim_memory_bytes = 1 << 20;  // smaller than one expert

@@ -5,6 +5,7 @@
 #include "offload/rebind.h"
 #include "offload/toy_pipeline.h"
 #include "omni/error.h"
+#include "testing/fault_injection.h"
 
 using namespace omni;
 using toy::sim;
@@ -93,7 +94,9 @@ TEST(HostHome, CallbackRunsPerSlotRightAfterItsCopyAndTheOriginalCanGo) {
 TEST(HostHome, PinnedInBoundedChunksAndPageableOnceRefused) {
   toy::Layer layer(64, 64, 4);  // 4 × (16 KiB + 256 B)
   device::DeviceOptions options;
-  options.faults.pin_budget_bytes = 16 << 10;  // room for a few pages only
+  omni::fault::Faults faults;
+  faults.pin_budget_bytes = 16 << 10;  // room for a few pages only
+  omni::fault::ScopedFaults armed(faults);
   auto device = sim(options);
   bool refused = false;
   const auto home =

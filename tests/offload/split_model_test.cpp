@@ -5,6 +5,7 @@
 #include "offload/toy_pipeline.h"
 #include "omni/error.h"
 #include "omni/offload/backend.h"
+#include "testing/fault_injection.h"
 
 using namespace omni;
 using offload::Residency;
@@ -187,7 +188,9 @@ TEST(SplitModel, FailureDuringSetupRollsBack) {
   std::vector<torch::Tensor> before;
   for (auto& param : p.parameters()) before.push_back(param.clone());
   device::DeviceOptions options;
-  options.faults.fail_allocation_number = 2;  // while uploading the resident modules
+  omni::fault::Faults faults;
+  faults.fail_allocation_number = 2;  // while uploading the resident modules
+  omni::fault::ScopedFaults armed(faults);
   auto device = sim(options);
   offload::ModelLevelOffloadBackend backend(*device);
   EXPECT_THROW(backend.enable(p, {}), DeviceOutOfMemory);

@@ -112,3 +112,28 @@ def test_streaming_and_whole_swaps_give_the_same_frames_and_report_exposure():
     assert np.array_equal(frames["on"], frames["off"])
     with pytest.raises(omni.ConfigError, match="offload_streaming"):
         omni.Omni(MODEL, enable_cpu_offload=True, offload_streaming="sometimes")
+
+
+def test_budget_layerwise_and_auto_modes_give_the_same_frames():
+    shaped = "example:wan-shaped"  # blocks large against its VAE, unlike tiny-shapes
+    request = dict(num_inference_steps=2, height=32, width=32, num_frames=5, seed=9)
+    with omni.Omni(shaped, device="cpu") as e:
+        reference = e.generate(PROMPT, **request)
+    with omni.Omni(shaped, enable_cpu_offload=True, device="sim") as e:
+        transformer = max(c["bytes"] for c in e.offload_report()["components"])
+    modes = {
+        "budget": dict(device_memory_budget=transformer * 3 // 2),
+        "layerwise": dict(enable_layerwise_offload=True, sim_memory=transformer - 1,
+                          prefetch_blocks=2),
+        "auto": dict(offload="auto", sim_memory=transformer - 1),
+    }
+    for name, keywords in modes.items():
+        with omni.Omni(shaped, device="sim", **keywords) as e:
+            frames = e.generate(PROMPT, **request)
+            report = e.offload_report()
+        assert np.array_equal(frames, reference), name
+        assert report["strategy"] == ("layerwise" if name == "auto" else name), name
+    with pytest.raises(omni.ConfigError, match="offload"):
+        omni.Omni(shaped, device="sim", offload="sometimes")
+    with pytest.raises(omni.ConfigError, match="budget"):
+        omni.Omni(shaped, device="sim", device_memory_budget=1024)

@@ -39,27 +39,21 @@ struct DeviceSpec {
   std::string to_string() const;
 };
 
-// Test-only knobs for the sim device (and, where it makes sense, others).
-struct FaultInjection {
-  // Host memory the stand-in lets you pin before it refuses (nullopt: unlimited).
-  std::optional<std::uint64_t> pin_budget_bytes;
-  // Fail the N-th device allocation (1-based) with DeviceOutOfMemory.
-  std::optional<int> fail_allocation_number;
-};
-
 struct DeviceOptions {
   // Capacity of the sim device in bytes (weights only). Default 64 GiB.
   std::uint64_t sim_memory_bytes = 64ull << 30;
   // Speed of the sim device's host→device link in GB/s (Note [The sim link]);
   // 0: as fast as the host's memcpy.
   double sim_link_gbps = 0;
-  FaultInjection faults;
 };
 
 struct MemoryStats {
   std::uint64_t allocated_bytes = 0;  // device bytes held by omni's buffers now
   std::uint64_t peak_allocated_bytes = 0;
   std::uint64_t capacity_bytes = 0;  // 0 when unknown
+  // What the device could still hand out, to us or other programs (cuda);
+  // 0 when it does not say (sim: capacity minus allocated is what is left).
+  std::uint64_t free_bytes = 0;
 };
 
 // A duration measured on the device; seconds() may wait until it is known.
@@ -126,18 +120,6 @@ class Device {
   // computes, blocks). Returns how long compute waited: the transfer time
   // exposed to compute. Host thread.
   virtual std::unique_ptr<DeviceDuration> wait_for(const std::shared_ptr<UploadFence>& fence) = 0;
-
-  // Blocking device→host copy of buffer[offset, offset+bytes) into `dst`
-  // (pageable or page-locked); returns once `dst` holds the bytes. Weights
-  // never need it (design.md §2 rule 3: offloading copies nothing back); it
-  // exists so that benchmarks can reproduce movers that do copy back.
-  virtual void copy_to_host(void* dst, const torch::Tensor& buffer, std::size_t offset,
-                            std::size_t bytes) = 0;
-
-  // Hands cached, unused device memory back to the driver (what
-  // torch.cuda.empty_cache() does); blocks the host. A no-op where nothing is
-  // cached (sim, cpu). Only baselines that call empty_cache use it.
-  virtual void release_cached_memory() = 0;
 
   // Starts timing transfers enqueued from now on, until timer->stop().
   virtual std::unique_ptr<TransferTimer> start_transfer_timer() = 0;

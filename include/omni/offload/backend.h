@@ -7,18 +7,26 @@
 //   auto report = backend.end_request();
 //   backend.disable();                                 // idempotent
 //
+// OffloadBackend carries out a ResidencyPolicy (Note [Residency policies],
+// policy.h): the policy decides what leaves, the Mover moves block groups,
+// the OffloadRecorder accounts, the ResidencyLedger stores where everything
+// is and checks the policy's invariant.
+//
 // ModelLevelOffloadBackend (the seed's --enable-cpu-offload): before an
 // encoder runs every DiT leaves the device; before a DiT runs every encoder
 // and every other DiT leaves; VAE and resident modules are uploaded once at
 // enable and never swapped. Offloading copies nothing back: each swappable
 // tensor has one host home and the parameter is pointed back at it.
 //
+// BudgetOffloadBackend (--device-memory-budget): components stay while they
+// fit the budget; what must leave is chosen over the known schedule.
+//
 // AllResidentBackend (offload off on a real or sim device): every component
 // is uploaded once at enable and stays.
 //
 // Note [Streaming model-level offload]
 // With OffloadOptions::streaming (the default of --enable-cpu-offload), the
-// model-level rules and peak stay, and the swaps are hidden behind compute:
+// policy's rules and peak stay, and the swaps are hidden behind compute:
 // - Phase entry streams: a component's groups are enqueued in execution
 //   order, and each block's pre-forward hook waits only for its own block,
 //   so the first forward starts when its first block has landed. Groups
@@ -27,11 +35,11 @@
 // - The pipeline hands the backend its calls (set_schedule). At a
 //   component's last call before the next swappable component N:
 //   components N's activation would evict anyway leave now; N is prefetched
-//   whole if the device (capacity minus the reserve) holds it beside what
-//   stays; else, if N must replace the running component, the two roll:
-//   each of the running component's hooked groups leaves after its last use
-//   and N's groups arrive into the space, never above the model-level
-//   planned peak + 2 × the largest group.
+//   whole if the device (the budget: capacity minus the reserve by default)
+//   holds it beside what stays; else, if N must replace the running
+//   component, the two roll: each of the running component's hooked groups
+//   leaves after its last use and N's groups arrive into the space, never
+//   above the planned peak + 2 × the largest group, nor the budget.
 // - In flight, N is the ledger's `incoming` component (Note [Components in
 //   flight]); it becomes the running one at its first call.
 //
@@ -49,6 +57,7 @@
 #include "omni/offload/host_home.h"
 #include "omni/offload/ledger.h"
 #include "omni/offload/mover.h"
+#include "omni/offload/policy.h"
 #include "omni/offload/recorder.h"
 #include "omni/offload/report.h"
 #include "omni/offload/split_model.h"
@@ -58,8 +67,6 @@ namespace omni::offload {
 struct OffloadOptions {
   bool pin_memory = true;
   std::size_t max_pin_chunk_bytes = 256ull << 20;
-  // Test-only: make the N-th hook installation (1-based) throw.
-  std::optional<int> fail_hook_install_number;
   // Print one notice when offload is a no-op (cpu device).
   bool quiet = false;
   // Explicit sub-component selection handed to split models
@@ -68,16 +75,25 @@ struct OffloadOptions {
   // Note [Streaming model-level offload]. Off: whole-component swaps, the
   // seed's strict behaviour (--offload-streaming off).
   bool streaming = true;
-  // Device bytes kept free of weights when deciding whether the next phase's
-  // component fits beside the running one (activations, other programs).
-  // nullopt: 0 on sim (its capacity counts weights only), on cuda a fifth of
-  // the card and at least 4 GiB.
+  // Device bytes kept free of weights (activations, other programs) when
+  // the default budget is worked out (--reserve-memory). nullopt: 0 on sim
+  // (its capacity counts weights only), on cuda a fifth of the card and at
+  // least 4 GiB.
   std::optional<std::uint64_t> reserve_bytes;
+  // Device bytes weights may hold (--device-memory-budget). nullopt: the
+  // device's memory when enabled (sim: its capacity; cuda: free memory plus
+  // what omni holds) minus the reserve. The model-level policy uses it to
+  // decide prefetches; the budget policy keeps everything within it.
+  std::optional<std::uint64_t> device_memory_budget;
+  // Layerwise offload: how many blocks upload ahead of the one computing
+  // (--prefetch-blocks).
+  std::size_t prefetch_blocks = 1;
 };
 
 class OffloadBackend : public SplitOffloadHost {
  public:
-  explicit OffloadBackend(device::Device& device, OffloadOptions options = {});
+  OffloadBackend(device::Device& device, std::unique_ptr<ResidencyPolicy> policy,
+                 OffloadOptions options = {});
   virtual ~OffloadBackend();
   OffloadBackend(const OffloadBackend&) = delete;
   OffloadBackend& operator=(const OffloadBackend&) = delete;
@@ -98,7 +114,9 @@ class OffloadBackend : public SplitOffloadHost {
   void disable() noexcept;
 
   bool enabled() const { return enabled_; }
-  virtual std::string strategy() const = 0;
+  // The policy's name: "model-level", "budget", "all-resident".
+  std::string strategy() const { return std::string(to_string(policy_->kind())); }
+  const ResidencyPolicy& policy() const { return *policy_; }
 
   // The component calls the running request will make, in order (component
   // names, VAE included, one per forward), and those of requests queued
@@ -118,8 +136,12 @@ class OffloadBackend : public SplitOffloadHost {
 
   const ResidencyLedger& ledger() const { return ledger_; }
   device::Device& device() { return device_; }
-  // The plan: max(encoders, largest DiT) + statics, and the largest block group.
+  // The plan: max(encoders, largest DiT) + statics under the model-level
+  // policy, at most the budget under the budget policy; the largest block group.
   std::uint64_t planned_peak_bytes() const { return planned_peak_; }
+  // The device bytes weights may hold (OffloadOptions::device_memory_budget),
+  // worked out at enable(); 0 when the device does not say.
+  std::uint64_t budget_bytes() const { return budget_bytes_; }
   std::uint64_t largest_group_bytes() const { return largest_group_bytes_; }
 
   // Makes component `name` resident, applying the strategy's exclusion
@@ -148,14 +170,17 @@ class OffloadBackend : public SplitOffloadHost {
     std::vector<std::size_t> order;
     std::size_t entry_groups = 0;  // the first entry_groups of `order`
     bool streams = false;          // its groups' hooks are installed
+    // Layerwise: the positions in `order` of the groups that stream through
+    // every call (blocks.N); the other groups stay on the device.
+    std::vector<std::size_t> blocks;
     std::vector<nn::HookHandle> hooks;
     std::optional<std::size_t> transfer;  // the recorder's record this phase's copies add to
   };
 
-  virtual bool exclusive() const = 0;
-  virtual bool swappable(Role role) const = 0;
-  // Strategy-specific part of enable after homes exist (upload statics, hooks).
-  virtual void install(std::vector<Component>& components) = 0;
+  // Whether the policy ever moves anything (else: everything uploaded at enable).
+  bool moves() const { return policy_->kind() != PolicyKind::all_resident; }
+  // The part of enable after homes exist: uploads what never moves, hooks the rest.
+  void install();
 
   // Uploads every group of `c` not on the device and waits for all of them.
   void upload(Component& c);
@@ -165,6 +190,7 @@ class OffloadBackend : public SplitOffloadHost {
   std::vector<Component>& components() { return components_; }
 
   device::Device& device_;
+  std::unique_ptr<ResidencyPolicy> policy_;
   OffloadOptions options_;
 
  private:
@@ -178,12 +204,33 @@ class OffloadBackend : public SplitOffloadHost {
   void rollback() noexcept;
   OffloadReport build_report(bool per_request);
 
+  std::uint64_t work_out_budget() const;
+  // The planned peak, and the policy's checks of the sizes against the budget.
+  void plan(const std::vector<ResolvedComponent>& resolved,
+            const std::vector<std::pair<Role, std::uint64_t>>& sizes);
+  // What the policy sees when deciding for the call at schedule position
+  // `position` (the calls after it are upcoming).
+  PolicyState policy_state(std::size_t position) const;
+  // The components the policy sends away before component `index` runs at
+  // schedule position `position`, keeping the running ones if it can.
+  std::vector<std::size_t> evictions(std::size_t index, std::size_t position) const;
+
   // Streaming (Note [Streaming model-level offload]).
-  bool conflicts(Role target, Role other) const;
   void enter(std::size_t index);
   void leave(std::size_t index) noexcept;
   void enter_group(std::size_t index, std::size_t group);
-  void make_resident(std::size_t index, bool wait_all);
+  // Layerwise (Note [Residency policies]): whether `c` streams its blocks
+  // through every call; the window of blocks that must be resident when
+  // group `g` of component `index` computes; moving to it.
+  bool streams_blocks(const Component& c) const;
+  std::vector<std::pair<std::size_t, std::size_t>> block_window(std::size_t index,
+                                                                std::size_t g) const;
+  void slide_window(std::size_t index, std::size_t g);
+  void prefetch_window(const std::vector<std::pair<std::size_t, std::size_t>>& window);
+  // The device bytes set aside for layerwise windows: (K + 1) × the largest
+  // streamed block.
+  std::uint64_t window_bytes() const;
+  void make_resident(std::size_t index, bool wait_all, const std::vector<std::size_t>& evict);
   void upload_group(Component& c, std::size_t group, bool account = true);
   void release_group(Component& c, std::size_t group, bool teardown = false, bool account = true);
   // Uploads those of `groups` not on the device; all-or-nothing. Returns them.
@@ -193,9 +240,11 @@ class OffloadBackend : public SplitOffloadHost {
   void wait_group(Component& c, std::size_t group);
   void plan_ahead(std::size_t index);
   void roll(std::size_t from, std::size_t position);
+  // The schedule position of the next call, after the running component's,
+  // of another swappable component (or of `index` itself, if first).
   std::optional<std::size_t> next_call_after_current(std::size_t index) const;
+  std::optional<std::size_t> component_at(std::size_t position) const;
   std::uint64_t missing_bytes(const Component& c) const;
-  std::uint64_t prefetch_budget() const;
 
   Mover mover_;
   OffloadRecorder recorder_;
@@ -209,6 +258,8 @@ class OffloadBackend : public SplitOffloadHost {
   std::uint64_t planned_peak_ = 0;
   std::uint64_t planned_peak_without_offload_ = 0;
   std::uint64_t largest_group_bytes_ = 0;
+  std::uint64_t budget_bytes_ = 0;
+  std::uint64_t largest_block_bytes_ = 0;  // of the groups that stream (layerwise)
   bool pin_refused_ = false;
   int hooks_installed_ = 0;
 
@@ -226,26 +277,26 @@ class OffloadBackend : public SplitOffloadHost {
 
 class ModelLevelOffloadBackend final : public OffloadBackend {
  public:
-  using OffloadBackend::OffloadBackend;
-  std::string strategy() const override { return "model-level"; }
+  explicit ModelLevelOffloadBackend(device::Device& device, OffloadOptions options = {})
+      : OffloadBackend(device, make_policy(PolicyKind::model_level), std::move(options)) {}
+};
 
- protected:
-  bool exclusive() const override { return true; }
-  bool swappable(Role role) const override {
-    return role == Role::dit || role == Role::encoder || role == Role::split;
-  }
-  void install(std::vector<Component>& components) override;
+class BudgetOffloadBackend final : public OffloadBackend {
+ public:
+  explicit BudgetOffloadBackend(device::Device& device, OffloadOptions options = {})
+      : OffloadBackend(device, make_policy(PolicyKind::budget), std::move(options)) {}
+};
+
+class LayerwiseOffloadBackend final : public OffloadBackend {
+ public:
+  explicit LayerwiseOffloadBackend(device::Device& device, OffloadOptions options = {})
+      : OffloadBackend(device, make_policy(PolicyKind::layerwise), std::move(options)) {}
 };
 
 class AllResidentBackend final : public OffloadBackend {
  public:
-  using OffloadBackend::OffloadBackend;
-  std::string strategy() const override { return "all-resident"; }
-
- protected:
-  bool exclusive() const override { return false; }
-  bool swappable(Role) const override { return false; }
-  void install(std::vector<Component>& components) override;
+  explicit AllResidentBackend(device::Device& device, OffloadOptions options = {})
+      : OffloadBackend(device, make_policy(PolicyKind::all_resident), std::move(options)) {}
 };
 
 // The peak resident weight bytes model-level offload plans for:

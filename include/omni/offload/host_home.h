@@ -47,6 +47,9 @@ class HostRegion {
 
 // One swappable tensor: the live parameter/buffer (whose TensorImpl gets
 // rebound) and its home view.
+// Where each tensor starts in a home, and in the device buffer of its group.
+inline constexpr std::size_t kTensorAlignment = 256;  // every dtype, and DMA engines
+
 struct TensorSlot {
   std::string name;
   torch::Tensor live;

@@ -44,17 +44,21 @@ class ResidencyLedger {
   // The log keeps the latest transitions only (a server runs for months).
   static constexpr std::size_t kLogCapacity = 4096;
 
-  // `exclusive`: enforce rule 2 (model-level offload). Without it any
+  // `exclusive`: enforce rule 2 (model-level offload). `limit_bytes` > 0:
+  // resident bytes never exceed it (the budget policy). Without either any
   // combination is allowed (everything resident, no offload).
-  explicit ResidencyLedger(bool exclusive) : exclusive_(exclusive) {}
+  explicit ResidencyLedger(bool exclusive, std::uint64_t limit_bytes = 0)
+      : exclusive_(exclusive), limit_(limit_bytes) {}
 
   std::size_t add(std::string name, Role role, std::uint64_t bytes, bool swappable);
+  // Resident bytes may not exceed `limit_bytes` from now on (0: no limit).
+  void set_limit(std::uint64_t limit_bytes) { limit_ = limit_bytes; }
 
   // Moves all of component `index` to `to`. Throws ResidencyViolation,
   // leaving the ledger unchanged, when the new state would break the
   // invariant: a DiT resident with an encoder or with another DiT (Note
-  // [Components in flight]), or a VAE/resident module leaving the device
-  // (unless `teardown`).
+  // [Components in flight]), more than the limit resident, or a component
+  // that is not swappable leaving the device (unless `teardown`).
   void transition(std::size_t index, Residency to, bool teardown = false);
   // Block groups of component `index` arrived (`delta` > 0) or left (< 0);
   // the same checks as transition().
@@ -87,6 +91,7 @@ class ResidencyLedger {
   void apply(std::size_t index, std::uint64_t resident);
 
   bool exclusive_;
+  std::uint64_t limit_;
   std::vector<LedgerEntry> entries_;
   std::optional<std::size_t> incoming_;
   std::deque<ResidencyEvent> log_;

@@ -25,7 +25,9 @@
 #include <algorithm>
 #include <atomic>
 
+#include "device/copy_back.h"
 #include "omni/error.h"
+#include "testing/fault_injection.h"
 
 namespace omni::device::cuda {
 
@@ -95,7 +97,7 @@ class CudaTimer final : public TransferTimer {
   at::cuda::CUDAEvent end_ = timing_event();
 };
 
-class CudaDevice final : public Device {
+class CudaDevice final : public Device, public CopyBack {
  public:
   CudaDevice(int index, const DeviceOptions& options)
       : index_(index),
@@ -110,7 +112,7 @@ class CudaDevice final : public Device {
   }
 
   std::shared_ptr<void> pin_host(void* ptr, std::size_t bytes) override {
-    const auto& budget = options_.faults.pin_budget_bytes;
+    const auto budget = fault::armed_faults().pin_budget_bytes;  // Note [Fault injection]
     if (budget && *pinned_bytes_ + bytes > *budget) return nullptr;
     c10::cuda::CUDAGuard guard(device_index());
     // Portable: page-locked for every device's copies, not only this one's.
@@ -128,8 +130,7 @@ class CudaDevice final : public Device {
 
   torch::Tensor allocate(std::size_t bytes) override {
     ++allocations_;
-    if (options_.faults.fail_allocation_number &&
-        *options_.faults.fail_allocation_number == allocations_)
+    if (const auto n = fault::armed_faults().fail_allocation_number; n && *n == allocations_)
       throw DeviceOutOfMemory(detail::concat("cuda: injected fault at allocation ", allocations_));
     c10::cuda::CUDAGuard guard(device_index());
     try {
@@ -221,7 +222,7 @@ class CudaDevice final : public Device {
     std::size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
     return {static_cast<std::uint64_t>(all.current), static_cast<std::uint64_t>(all.peak),
-            static_cast<std::uint64_t>(total_bytes)};
+            static_cast<std::uint64_t>(total_bytes), static_cast<std::uint64_t>(free_bytes)};
   }
 
   void reset_peak() override {
