@@ -254,35 +254,34 @@ std::shared_ptr<std::promise<void>> hold_the_worker(JobQueue& queue) {
   return release;
 }
 
-TEST(JobQueue, QueuedJobsOfOneShapeRunAsOneBatchUpToMaxBatch) {
-  JobQueue queue(example_engine(), 8, {}, BatchOptions{3, 0ms});
+// Queues (id, steps) jobs while the worker is busy, then lets them run;
+// what each saw (BatchRecorder), in the order given.
+std::vector<std::string> run_queued_batchable_jobs(
+    std::size_t max_batch, const std::vector<std::pair<std::string, int>>& jobs) {
+  JobQueue queue(example_engine(), 8, {}, BatchOptions{max_batch, 0ms});
   auto release = hold_the_worker(queue);
   BatchRecorder recorder;
-  // Queued while the engine is busy: four of one shape, one of another in between.
-  for (const char* id : {"a1", "a2"})
-    ASSERT_EQ(queue.submit(recorder.job(id, 1)), SubmitResult::accepted);
-  ASSERT_EQ(queue.submit(recorder.job("b1", 2)), SubmitResult::accepted);
-  for (const char* id : {"a3", "a4"})
-    ASSERT_EQ(queue.submit(recorder.job(id, 1)), SubmitResult::accepted);
+  for (const auto& [id, steps] : jobs)
+    EXPECT_EQ(queue.submit(recorder.job(id, steps)), SubmitResult::accepted);
   release->set_value();
-  ASSERT_TRUE(queue.wait_idle(120s));
-  EXPECT_EQ(recorder.of("a1"), "batch of 3");
-  EXPECT_EQ(recorder.of("a2"), "batch of 3");
-  EXPECT_EQ(recorder.of("a3"), "batch of 3");  // passed b1: same shape as the head
-  EXPECT_EQ(recorder.of("b1"), "batch of 1");
-  EXPECT_EQ(recorder.of("a4"), "batch of 1");  // --max-batch 3
+  EXPECT_TRUE(queue.wait_idle(120s));
+  std::vector<std::string> seen;
+  for (const auto& job : jobs) seen.push_back(recorder.of(job.first));
+  return seen;
+}
+
+TEST(JobQueue, QueuedJobsOfOneShapeRunAsOneBatchUpToMaxBatch) {
+  // Four of one shape (1 step), one of another in between. a3 passes b1 to
+  // join the head's batch; a4 is past --max-batch 3.
+  const auto seen =
+      run_queued_batchable_jobs(3, {{"a1", 1}, {"a2", 1}, {"b1", 2}, {"a3", 1}, {"a4", 1}});
+  EXPECT_EQ(seen, (std::vector<std::string>{"batch of 3", "batch of 3", "batch of 1", "batch of 3",
+                                            "batch of 1"}));
 }
 
 TEST(JobQueue, MaxBatchOneRunsEveryJobAlone) {
-  JobQueue queue(example_engine(), 8, {}, BatchOptions{1, 0ms});
-  auto release = hold_the_worker(queue);
-  BatchRecorder recorder;
-  for (const char* id : {"a1", "a2"})
-    ASSERT_EQ(queue.submit(recorder.job(id, 1)), SubmitResult::accepted);
-  release->set_value();
-  ASSERT_TRUE(queue.wait_idle(120s));
-  EXPECT_EQ(recorder.of("a1"), "batch of 1");
-  EXPECT_EQ(recorder.of("a2"), "batch of 1");
+  EXPECT_EQ(run_queued_batchable_jobs(1, {{"a1", 1}, {"a2", 1}}),
+            (std::vector<std::string>{"batch of 1", "batch of 1"}));
 }
 
 // --batch-wait-ms: a lone job waits that long for company of its shape.
