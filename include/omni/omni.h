@@ -75,7 +75,8 @@ struct BatchOutcome {
 // generate_batch runs requests that the pipeline gives the same batch key
 // as one phase-batched run (Note [Phase-batched runs], pipeline.h): each
 // expert is uploaded once for all of them, and each request still gets its
-// own seed's frames. Requests without a common key run one after another.
+// own seed's frames (up to the DiT's last bits). Requests without a common
+// key run one after another.
 // - Each request has its own progress callback. One that throws Cancelled
 //   cancels that request only: it goes on in the batch (its row is computed
 //   to the end and discarded; removing it would change the others' batch

@@ -94,10 +94,11 @@ class Pipeline : public nn::Module {
 // drawn from its own seed exactly as alone) are concatenated along the batch
 // and denoised by one expert call per forward, and each request's latents
 // are decoded on their own. So a batch uploads each expert once, and each
-// request gets the frames it would get alone. The encoder and the VAE run
-// per request (both at batch 1, as alone: bitwise the same); only the DiT
-// forward sees a larger batch, where a kernel may pick another blocking and
-// differ in the last bits (tests/engine/batch_engine_test.cpp measures it).
+// request gets the frames it would get alone up to the DiT's last bits: the
+// encoder and the VAE run per request at batch 1, as alone (bitwise the
+// same); only the DiT forward sees a larger batch, where its GEMMs
+// accumulate in another order (on CPU: latents within ~1e-5, frames within
+// one uint8 level; tests/engine/batch_engine_test.cpp measures it).
 
 struct LoadOptions {
   torch::ScalarType dtype = torch::kFloat32;
