@@ -1,20 +1,23 @@
 // Load benchmark of `omni serve`: N clients on loopback against a real server,
 // once per configuration, side by side. Prints a table (and writes JSON) of
 // requests per hour, p50/p95 latency, uploads per request (from /metrics'
-// omni_offload_transfers_total), text-encoder uploads per request, prompt
-// cache hits and the HTTP status counts. A program, not a test: the figures
-// are measurements of this machine (bench/README.md).
+// omni_component_uploads_total: how many times a component became resident),
+// text-encoder uploads per request, requests per upload of the high-noise
+// expert (the mean batch), prompt cache hits and the HTTP status counts. A program, not a test: the figures are
+// measurements of this machine (bench/README.md).
 //
 //   node bench/serve/serve_load.mjs --omni build/bin/omni --model example:wan-shaped \
 //        [--clients 4] [--requests 8] [--prompts 3] [--size 64x64] [--steps 8]
-//        [--frames 1] [--configs cache-off,cache-on] [--json bench-serve.json]
+//        [--frames 1] [--sim-link-gbps 0] [--max-batch 4] [--batch-wait-ms 0]
+//        [--configs plain,cache,batch,cache+batch] [--json bench-serve.json]
 //
-// Configurations: cache-off (--prompt-cache 0), cache-on (--prompt-cache
-// 256MiB). Requests are sync ones (/v1/images/generations for --frames 1,
-// else /v1/videos/sync), each client cycling through --prompts distinct
-// prompts with one shared negative prompt, as real traffic repeats them.
-// Phase-batched scheduling (issue 28 item 4) is not in this build: there is
-// no batching configuration to compare yet.
+// Configurations: plain (--prompt-cache 0 --max-batch 1), cache (256 MiB
+// prompt cache, no batching), batch (no cache, --max-batch N), cache+batch.
+// Requests are sync ones (/v1/images/generations for --frames 1, else
+// /v1/videos/sync), each client cycling through --prompts distinct prompts
+// with one shared negative prompt, as real traffic repeats them. With
+// --sim-link-gbps G the sim device's copies take the time a G GB/s link
+// would: the figures are then simulated, and the table says so.
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -29,17 +32,27 @@ const { values: opt } = parseArgs({
     size: { type: 'string', default: '64x64' },
     steps: { type: 'string', default: '8' },
     frames: { type: 'string', default: '1' },
-    configs: { type: 'string', default: 'cache-off,cache-on' },
+    'sim-link-gbps': { type: 'string', default: '0' },
+    'max-batch': { type: 'string', default: '4' },
+    'batch-wait-ms': { type: 'string', default: '0' },
+    configs: { type: 'string', default: 'plain,cache,batch,cache+batch' },
     json: { type: 'string', default: 'bench-serve.json' },
   },
 });
 const clients = Number(opt.clients);
 const perClient = Number(opt.requests);
 const frames = Number(opt.frames);
+const noCache = ['--prompt-cache', '0'];
+const cache = ['--prompt-cache', '256MiB'];
+const noBatch = ['--max-batch', '1'];
+const batch = ['--max-batch', opt['max-batch'], '--batch-wait-ms', opt['batch-wait-ms']];
 const configs = {
-  'cache-off': ['--prompt-cache', '0'],
-  'cache-on': ['--prompt-cache', '256MiB'],
+  plain: [...noCache, ...noBatch],
+  cache: [...cache, ...noBatch],
+  batch: [...noCache, ...batch],
+  'cache+batch': [...cache, ...batch],
 };
+const simulated = Number(opt['sim-link-gbps']) > 0;
 const prompts = ['a red circle moving right on a black background',
                  'a blue square moving left on a white background',
                  'a green triangle moving up on a black background',
@@ -48,6 +61,7 @@ const prompts = ['a red circle moving right on a black background',
 function startServer(extra) {
   return new Promise((resolve, reject) => {
     const child = spawn(opt.omni, ['serve', opt.model, '--enable-cpu-offload', '--device', 'sim',
+                                   '--sim-link-gbps', opt['sim-link-gbps'],
                                    '--port', '0', '--max-queue', String(clients + 1), ...extra],
                         { stdio: ['ignore', 'pipe', 'ignore'] });
     let out = '';
@@ -72,9 +86,9 @@ function sum(text, family, match = []) {
 
 function figures(metrics) {
   return {
-    uploads: sum(metrics, 'omni_offload_transfers_total', ['direction="h2d"']),
-    encoderUploads: sum(metrics, 'omni_offload_transfers_total',
-                        ['component="text_encoder"', 'direction="h2d"']),
+    uploads: sum(metrics, 'omni_component_uploads_total'),
+    encoderUploads: sum(metrics, 'omni_component_uploads_total', ['component="text_encoder"']),
+    expertUploads: sum(metrics, 'omni_component_uploads_total', ['component="transformer"']),
     hits: sum(metrics, 'omni_prompt_cache_hits_total'),
     misses: sum(metrics, 'omni_prompt_cache_misses_total'),
   };
@@ -121,6 +135,7 @@ async function run(name) {
       uploads_per_request: (after.uploads - before.uploads) / Math.max(ok.length, 1),
       encoder_uploads_per_request: (after.encoderUploads - before.encoderUploads) /
                                    Math.max(ok.length, 1),
+      requests_per_expert_upload: ok.length / Math.max(after.expertUploads - before.expertUploads, 1),
       prompt_cache_hits: after.hits - before.hits,
       prompt_cache_misses: after.misses - before.misses,
       statuses,
@@ -133,16 +148,23 @@ async function run(name) {
 const rows = [];
 for (const name of opt.configs.split(',')) rows.push(await run(name));
 const header = ['config', 'req/h', 'p50 ms', 'p95 ms', 'uploads/req', 'encoder up/req',
-                'cache hit/miss', 'statuses'];
+                'req/expert up', 'cache hit/miss', 'statuses'];
 const table = [header, ...rows.map((r) => [
   r.config, r.requests_per_hour.toFixed(0), r.p50_ms.toFixed(0), r.p95_ms.toFixed(0),
   r.uploads_per_request.toFixed(2), r.encoder_uploads_per_request.toFixed(2),
+  r.requests_per_expert_upload.toFixed(2),
   `${r.prompt_cache_hits}/${r.prompt_cache_misses}`, JSON.stringify(r.statuses)])];
 const widths = header.map((_, i) => Math.max(...table.map((row) => String(row[i]).length)));
-console.log(`omni serve ${opt.model} on sim, ${clients} clients x ${perClient} sync requests ` +
-            `(${opt.size}, ${frames} frame(s), ${opt.steps} steps, ${opt.prompts} distinct prompts)`);
+const link = simulated ? `simulated ${opt['sim-link-gbps']} GB/s link` : 'memcpy-speed link';
+console.log(`omni serve ${opt.model} on sim (${link}), ${clients} clients x ${perClient} sync ` +
+            `requests (${opt.size}, ${frames} frame(s), ${opt.steps} steps, ${opt.prompts} ` +
+            `distinct prompts; batch: --max-batch ${opt['max-batch']} --batch-wait-ms ` +
+            `${opt['batch-wait-ms']})`);
 for (const row of table) console.log(row.map((c, i) => String(c).padStart(widths[i])).join('  '));
-writeFileSync(opt.json, JSON.stringify({ model: opt.model, clients, requests_per_client: perClient,
+writeFileSync(opt.json, JSON.stringify({ model: opt.model, sim_link_gbps: Number(opt['sim-link-gbps']),
+                                         simulated, max_batch: Number(opt['max-batch']),
+                                         batch_wait_ms: Number(opt['batch-wait-ms']),
+                                         clients, requests_per_client: perClient,
                                          size: opt.size, steps: Number(opt.steps), frames,
                                          distinct_prompts: Number(opt.prompts), rows }, null, 2));
 console.log(`wrote ${opt.json}`);

@@ -57,6 +57,10 @@ struct GenerateResult {
   GenerationRequest request;      // with defaults filled in
   offload::OffloadReport report;  // this request only
   double seconds = 0;
+  // How many requests ran together with this one (itself included); >1 only
+  // from generate_batch. A batch's report and prompt cache counts are the
+  // whole batch's, in each of its results.
+  std::size_t batch_size = 1;
   // This request's prompt encodings: taken from the prompt cache, or run
   // through the text encoder (pipelines that encode no prompt count none).
   std::uint64_t prompt_cache_hits = 0;
@@ -69,6 +73,29 @@ struct GenerateResult {
   // Writes frames (see io::write_frames); returns the files written.
   std::vector<std::filesystem::path> save(const std::filesystem::path& path) const;
 };
+
+// One request's fate in Omni::generate_batch: its result, or what it threw.
+struct BatchOutcome {
+  GenerateResult result;     // when error is null
+  std::exception_ptr error;  // InvalidRequest, Cancelled, DeviceOutOfMemory, …
+  double seconds = 0;        // from the batch's start to this request's end
+};
+
+// Note [Batched generation]
+// generate_batch runs requests that the pipeline gives the same batch key
+// as one phase-batched run (Note [Phase-batched runs], pipeline.h): each
+// expert is uploaded once for all of them, and each request still gets its
+// own seed's frames (up to the DiT's last bits). Requests without a common
+// key run one after another.
+// - Each request has its own progress callback. One that throws Cancelled
+//   cancels that request only: it goes on in the batch (its row is computed
+//   to the end and discarded; removing it would change the others' batch
+//   mid-run) and its outcome is the Cancelled error. Once every request of
+//   the batch is cancelled, the run stops at its next step.
+// - A batch that fails otherwise (out of memory with the larger batch, say)
+//   is run again request by request, so a request fails only where it fails
+//   alone; each outcome carries its own error.
+// - An invalid request (resolve) fails alone before anything runs.
 
 class Omni {
  public:
@@ -83,6 +110,19 @@ class Omni {
   GenerateResult generate(const GenerationRequest& request,
                           const pipelines::ProgressFn& progress = {});
 
+  // Note [Batched generation]. `progress` is empty or one callback per
+  // request. Never throws for a request's failure; see BatchOutcome.
+  std::vector<BatchOutcome> generate_batch(const std::vector<GenerationRequest>& requests,
+                                           const std::vector<pipelines::ProgressFn>& progress = {});
+
+  // Requests expected to run after the next generate / generate_batch (the
+  // server's queue): their component calls follow that call's on the
+  // offload schedule, so streaming prefetches for them: the next request's
+  // text encoder uploads while this one's VAE decodes (Note [Streaming
+  // model-level offload]). A request whose prompts are all in the prompt
+  // cache adds no encoder call. Used by the next call only.
+  void set_lookahead(std::vector<GenerationRequest> requests);
+
   // Everything since load.
   offload::OffloadReport offload_report();
   // The prompt cache's counters since load. Thread-safe.
@@ -95,6 +135,10 @@ class Omni {
   const std::optional<offload::OffloadChoice>& offload_choice() const { return choice_; }
 
  private:
+  // Runs resolved `results[i].request`s as one backend request (one
+  // pipeline run, or run_batch for several) and fills in the results.
+  void run_resolved(std::vector<GenerateResult>& results, const pipelines::ProgressFn& progress);
+
   EngineArgs args_;
   std::unique_ptr<device::Device> device_;
   std::shared_ptr<pipelines::Pipeline> pipeline_;
@@ -102,6 +146,7 @@ class Omni {
   std::optional<offload::OffloadChoice> choice_;
   offload::PolicyKind choose_policy();
   pipelines::PromptCache prompt_cache_;
+  std::vector<GenerationRequest> lookahead_;
 };
 
 torch::ScalarType parse_dtype(const std::string& name);

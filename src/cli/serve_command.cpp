@@ -171,6 +171,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-queue", o->server.max_queue,
                   "Requests that may wait for the engine; more get 503")
       ->capture_default_str();
+  cmd->add_option("--max-batch", o->server.max_batch,
+                  "Queued requests of the same shape run together, each expert uploaded once "
+                  "for all (1: off)")
+      ->capture_default_str();
+  cmd->add_option("--batch-wait-ms", o->server.batch_wait_ms,
+                  "Milliseconds a batch that is not full waits for more requests of its shape")
+      ->capture_default_str();
   cmd->add_option("--prompt-cache", o->prompt_cache,
                   "Bytes of text-encoder outputs kept for repeated prompts (0: off)")
       ->capture_default_str();

@@ -1,6 +1,9 @@
 #include "omni/omni.h"
 
+#include <algorithm>
 #include <iostream>
+#include <optional>
+#include <utility>
 
 #include "omni/error.h"
 #include "omni/io/image_writer.h"
@@ -109,34 +112,156 @@ namespace {
 
 GenerateResult Omni::generate(const GenerationRequest& request,
                               const pipelines::ProgressFn& progress) {
-  GenerateResult result;
-  result.request = pipeline_->resolve(request);
+  std::vector<GenerateResult> results(1);
+  results[0].request = pipeline_->resolve(request);
+  run_resolved(results, progress);
+  return std::move(results[0]);
+}
+
+void Omni::set_lookahead(std::vector<GenerationRequest> requests) {
+  lookahead_ = std::move(requests);
+}
+
+void Omni::run_resolved(std::vector<GenerateResult>& results,
+                        const pipelines::ProgressFn& progress) {
+  std::vector<GenerationRequest> requests;
+  for (const auto& r : results) requests.push_back(r.request);
   const auto start = std::chrono::steady_clock::now();
+  const auto lookahead = std::exchange(lookahead_, {});
   if (backend_) {
     backend_->begin_request();
-    backend_->set_schedule(pipeline_->call_schedule(result.request));
+    backend_->set_schedule(pipeline_->batch_call_schedule(requests));
+    const auto encoders = pipeline_->components().encoder_modules;
+    for (const auto& next : lookahead) {
+      auto calls = pipeline_->call_schedule(next);
+      if (pipeline_->prompts_cached(next, prompt_cache_))
+        calls.erase(std::remove_if(calls.begin(), calls.end(),
+                                   [&](const std::string& call) {
+                                     return std::find(encoders.begin(), encoders.end(), call) !=
+                                            encoders.end();
+                                   }),
+                    calls.end());
+      backend_->append_schedule(calls);
+    }
   }
   pipelines::RunContext context{device_->compute_device(), progress, &prompt_cache_};
   const auto cache_before = prompt_cache_.stats();
+  std::vector<pipelines::GenerationOutput> outputs;
   try {
     torch::NoGradGuard no_grad;
-    auto out = pipeline_->run(result.request, context);
-    result.frames = out.frames;
-    result.fps = out.fps;
+    if (requests.size() == 1)
+      outputs.push_back(pipeline_->run(requests[0], context));
+    else
+      outputs = pipeline_->run_batch(requests, context);
   } catch (const c10::Error& e) {
     translate(e);
   }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  OMNI_INTERNAL_ASSERT(outputs.size() == results.size(), "a batch of ", results.size(),
+                       " requests gave ", outputs.size(), " outputs");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto cache_after = prompt_cache_.stats();
-  result.prompt_cache_hits = cache_after.hits - cache_before.hits;
-  result.prompt_cache_misses = cache_after.misses - cache_before.misses;
-  if (backend_)
-    result.report = backend_->end_request();
-  else {
-    result.report.device = device_->name();
-    result.report.strategy = "none";
+  offload::OffloadReport report;
+  if (backend_) {
+    report = backend_->end_request();
+  } else {
+    report.device = device_->name();
+    report.strategy = "none";
   }
-  return result;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    auto& result = results[i];
+    result.frames = outputs[i].frames;
+    result.fps = outputs[i].fps;
+    result.seconds = seconds;
+    result.batch_size = results.size();
+    result.prompt_cache_hits = cache_after.hits - cache_before.hits;
+    result.prompt_cache_misses = cache_after.misses - cache_before.misses;
+    result.report = report;
+  }
+}
+
+std::vector<BatchOutcome> Omni::generate_batch(const std::vector<GenerationRequest>& requests,
+                                               const std::vector<pipelines::ProgressFn>& progress) {
+  OMNI_CHECK(progress.empty() || progress.size() == requests.size(), InvalidRequest,
+             "generate_batch: ", progress.size(), " progress callbacks for ", requests.size(),
+             " requests");
+  const auto start = std::chrono::steady_clock::now();
+  const auto since_start = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  const auto progress_of = [&](std::size_t i) {
+    return progress.empty() ? pipelines::ProgressFn() : progress[i];
+  };
+  std::vector<BatchOutcome> outcomes(requests.size());
+  // Resolve every request first: an invalid one fails alone.
+  std::vector<std::size_t> members;
+  std::vector<GenerateResult> results;
+  std::optional<std::string> key;
+  bool one_key = true;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    try {
+      GenerateResult r;
+      r.request = pipeline_->resolve(requests[i]);
+      const auto k = pipeline_->batch_key(r.request);
+      one_key = one_key && k && (members.empty() || k == key);
+      key = k;
+      members.push_back(i);
+      results.push_back(std::move(r));
+    } catch (...) {
+      outcomes[i].error = std::current_exception();
+      outcomes[i].seconds = since_start();
+    }
+  }
+  // Runs member m on its own; its outcome is what that gives. (The first
+  // such run takes the lookahead; later ones have none.)
+  const auto alone = [&](std::size_t m) {
+    try {
+      outcomes[m].result = generate(requests[m], progress_of(m));
+    } catch (...) {
+      outcomes[m].error = std::current_exception();
+    }
+    outcomes[m].seconds = since_start();
+  };
+  if (members.size() < 2 || !one_key) {
+    for (const auto m : members) alone(m);
+    lookahead_.clear();  // when no request was valid
+    return outcomes;
+  }
+  // Per-request cancellation inside one run: a cancelled request rides
+  // along; the run stops once none is left.
+  std::size_t live = members.size();
+  const pipelines::ProgressFn batch_progress = [&](int step, int total) {
+    for (const auto m : members) {
+      const auto& callback = progress[m];
+      if (outcomes[m].error || !callback) continue;
+      try {
+        callback(step, total);
+      } catch (const Cancelled&) {
+        outcomes[m].error = std::current_exception();
+        outcomes[m].seconds = since_start();
+        --live;
+      }
+    }
+    if (live == 0) throw Cancelled("every request of the batch was cancelled");
+  };
+  try {
+    run_resolved(results, progress.empty() ? pipelines::ProgressFn() : batch_progress);
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      auto& outcome = outcomes[members[k]];
+      if (outcome.error) continue;  // cancelled meanwhile: discarded
+      outcome.result = std::move(results[k]);
+      outcome.seconds = since_start();
+    }
+  } catch (...) {
+    if (live > 0) {
+      // The batch failed as a whole: each request that is still wanted runs
+      // alone, and only those that fail alone fail.
+      for (const auto m : members)
+        if (!outcomes[m].error) alone(m);
+    }
+  }
+  lookahead_.clear();
+  return outcomes;
 }
 
 offload::OffloadReport Omni::offload_report() {

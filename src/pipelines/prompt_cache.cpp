@@ -33,6 +33,11 @@ torch::Tensor PromptCache::find(const std::string& key) {
   return it->second->value;
 }
 
+bool PromptCache::contains(const std::string& key) const {
+  std::lock_guard lock(mutex_);
+  return index_.count(key) > 0;
+}
+
 void PromptCache::insert(const std::string& key, const torch::Tensor& value) {
   const std::uint64_t bytes = value.nbytes() + key.size();
   if (bytes > capacity_) return;

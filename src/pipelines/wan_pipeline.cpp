@@ -47,9 +47,16 @@ GenerationRequest WanPipeline::resolve(const GenerationRequest& in) const {
 }
 
 std::vector<std::string> WanPipeline::call_schedule(const GenerationRequest& r) const {
+  return batch_call_schedule({r});
+}
+
+std::vector<std::string> WanPipeline::batch_call_schedule(
+    const std::vector<GenerationRequest>& requests) const {
+  OMNI_INTERNAL_ASSERT(!requests.empty(), "the call schedule of an empty batch");
+  const auto& r = requests.front();
   const bool cfg = r.guidance_scale.value_or(1.0) > 1.0;
   const int forwards = cfg ? 2 : 1;
-  std::vector<std::string> calls(forwards, "text_encoder");
+  std::vector<std::string> calls(forwards * requests.size(), "text_encoder");
   auto scheduler = make_scheduler();
   scheduler->set_timesteps(r.steps.value_or(1));
   const auto timesteps = scheduler->timesteps();
@@ -58,8 +65,27 @@ std::vector<std::string> WanPipeline::call_schedule(const GenerationRequest& r) 
         expert_for(timesteps[i].item<double>()) == 0 ? "transformer" : "transformer_2";
     calls.insert(calls.end(), forwards, expert);
   }
-  calls.push_back("vae");
+  calls.insert(calls.end(), requests.size(), "vae");
   return calls;
+}
+
+std::optional<std::string> WanPipeline::batch_key(const GenerationRequest& request) const {
+  return video_batch_key(request);
+}
+
+std::string WanPipeline::prompt_cache_encoder() const {
+  // What changes the output for the same tokens: this encoder, and the dtype it is cast to.
+  return detail::concat("WanPipeline@", text_encoder.get(), ",", c10::toString(transformer_dtype_));
+}
+
+bool WanPipeline::prompts_cached(const GenerationRequest& r, PromptCache& cache) const {
+  if (!has_text_encoder() || !tokenizer_) return false;
+  const auto cached = [&](const std::string& prompt) {
+    const auto tokens = tokenize_prompts(*tokenizer_, {prompt}, max_sequence_length_);
+    return cache.contains(
+        PromptCache::key(prompt_cache_encoder(), {tokens.input_ids, tokens.attention_mask}));
+  };
+  return cached(r.prompt) && (r.guidance_scale.value_or(1.0) <= 1.0 || cached(r.negative_prompt));
 }
 
 torch::Tensor WanPipeline::encode_prompt(const std::vector<std::string>& prompts,
@@ -67,22 +93,20 @@ torch::Tensor WanPipeline::encode_prompt(const std::vector<std::string>& prompts
   OMNI_CHECK(has_text_encoder() && tokenizer_, ConfigError,
              "this WanPipeline has no text_encoder/tokenizer; pass prompt embeddings instead");
   const auto tokens = tokenize_prompts(*tokenizer_, prompts, max_sequence_length_);
-  // What changes the output for the same tokens: this encoder, and the dtype it is cast to.
-  const std::string encoder =
-      detail::concat("WanPipeline@", text_encoder.get(), ",", c10::toString(transformer_dtype_));
-  return encode_cached(cache, encoder, {tokens.input_ids, tokens.attention_mask}, device, [&] {
-    // From page-locked memory without a host sync on a real device.
-    const auto upload = [&](const torch::Tensor& t) {
-      return device.is_cpu() ? t : t.pin_memory().to(device, /*non_blocking=*/true);
-    };
-    const auto ids = upload(tokens.input_ids);
-    const auto mask = upload(tokens.attention_mask);
-    auto hidden = text_encoder(ids, mask);  // runs the encoder's hooks
-    // Trim to each prompt's real length and pad with zeros: the same as
-    // zeroing every position the mask leaves out.
-    hidden = hidden.masked_fill((mask == 0).unsqueeze(-1), 0);
-    return hidden.to(transformer_dtype_);
-  });
+  return encode_cached(
+      cache, prompt_cache_encoder(), {tokens.input_ids, tokens.attention_mask}, device, [&] {
+        // From page-locked memory without a host sync on a real device.
+        const auto upload = [&](const torch::Tensor& t) {
+          return device.is_cpu() ? t : t.pin_memory().to(device, /*non_blocking=*/true);
+        };
+        const auto ids = upload(tokens.input_ids);
+        const auto mask = upload(tokens.attention_mask);
+        auto hidden = text_encoder(ids, mask);  // runs the encoder's hooks
+        // Trim to each prompt's real length and pad with zeros: the same as
+        // zeroing every position the mask leaves out.
+        hidden = hidden.masked_fill((mask == 0).unsqueeze(-1), 0);
+        return hidden.to(transformer_dtype_);
+      });
 }
 
 torch::Tensor WanPipeline::prepare_latents(std::int64_t batch, int height, int width,
@@ -132,20 +156,42 @@ torch::Tensor WanPipeline::decode(const torch::Tensor& z) {
 }
 
 GenerationOutput WanPipeline::run(const GenerationRequest& r, const RunContext& ctx) {
+  return std::move(run_batch({r}, ctx).front());
+}
+
+std::vector<GenerationOutput> WanPipeline::run_batch(const std::vector<GenerationRequest>& requests,
+                                                     const RunContext& ctx) {
+  OMNI_INTERNAL_ASSERT(!requests.empty(), "an empty batch");
+  const auto& first = requests.front();
+  for (const auto& r : requests)
+    OMNI_INTERNAL_ASSERT(video_batch_key(r) == video_batch_key(first),
+                         "requests of different shapes in one batch");
   const auto device = ctx.compute;
-  const bool cfg = *r.guidance_scale > 1.0;
-  // The encoder runs (and is resident) before any expert: both prompts now.
-  const auto prompt_embeds = encode_prompt({r.prompt}, device, ctx.prompt_cache);
-  const auto negative_embeds =
-      cfg ? encode_prompt({r.negative_prompt}, device, ctx.prompt_cache) : torch::Tensor();
-  auto latents = prepare_latents(1, *r.height, *r.width, *r.num_frames, r.seed, device);
+  const bool cfg = *first.guidance_scale > 1.0;
+  // The encoder runs (and is resident) before any expert: every prompt now,
+  // each at batch 1 as alone.
+  std::vector<torch::Tensor> prompt_embeds, negative_embeds, latents;
+  for (const auto& r : requests) {
+    prompt_embeds.push_back(encode_prompt({r.prompt}, device, ctx.prompt_cache));
+    if (cfg)
+      negative_embeds.push_back(encode_prompt({r.negative_prompt}, device, ctx.prompt_cache));
+  }
+  for (const auto& r : requests)
+    latents.push_back(prepare_latents(1, *r.height, *r.width, *r.num_frames, r.seed, device));
   DenoiseArgs args;
-  args.steps = *r.steps;
-  args.guidance_scale = *r.guidance_scale;
-  args.guidance_scale_2 = r.guidance_scale_2;
-  const auto result = denoise(prompt_embeds, negative_embeds, latents, args, {}, ctx.progress);
-  const auto video = postprocess_video(decode(unnormalize_latents(result.latents)));
-  return {to_uint8_frames(video)[0], *r.fps};
+  args.steps = *first.steps;
+  args.guidance_scale = *first.guidance_scale;
+  args.guidance_scale_2 = first.guidance_scale_2;
+  const auto result =
+      denoise(torch::cat(prompt_embeds), cfg ? torch::cat(negative_embeds) : torch::Tensor(),
+              torch::cat(latents), args, {}, ctx.progress);
+  std::vector<GenerationOutput> outputs;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto mine = result.latents.narrow(0, static_cast<std::int64_t>(i), 1);
+    const auto video = postprocess_video(decode(unnormalize_latents(mine)));
+    outputs.push_back({to_uint8_frames(video)[0], *requests[i].fps});
+  }
+  return outputs;
 }
 
 }  // namespace omni::pipelines

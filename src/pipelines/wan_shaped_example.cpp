@@ -4,6 +4,7 @@
 
 #include "omni/error.h"
 #include "omni/pipelines/prompt_cache.h"
+#include "omni/pipelines/wan_video_stages.h"
 
 namespace omni::pipelines {
 
@@ -192,50 +193,89 @@ class WanShapedPipeline final : public Pipeline {
   }
 
   std::vector<std::string> call_schedule(const GenerationRequest& r) const override {
-    std::vector<std::string> calls = {"text_encoder", "text_encoder"};
+    return batch_call_schedule({r});
+  }
+
+  // Note [Phase-batched runs]: the encoder and the VAE run per request, the
+  // experts once per forward for the whole batch.
+  std::optional<std::string> batch_key(const GenerationRequest& r) const override {
+    return video_batch_key(r);
+  }
+
+  std::vector<std::string> batch_call_schedule(
+      const std::vector<GenerationRequest>& requests) const override {
+    const auto& r = requests.front();
+    std::vector<std::string> calls(2 * requests.size(), "text_encoder");
     for (int i = 0; i < *r.steps; ++i)
       calls.insert(calls.end(), 2,
                    high_noise(sigma(i, *r.steps)) ? "transformer" : "transformer_2");
-    calls.push_back("vae");
+    calls.insert(calls.end(), requests.size(), "vae");
     return calls;
   }
 
-  GenerationOutput run(const GenerationRequest& r, const RunContext& ctx) override {
-    const auto dev = ctx.compute;
-    auto encode = [&](const std::string& text) {
-      const auto ids = tokenize(text, config_.vocab, config_.max_tokens);
-      return encode_cached(ctx.prompt_cache, detail::concat("wan-shaped@", text_encoder.get()),
-                           {ids}, dev, [&] { return text_encoder(ids.to(dev)); });
-    };
-    auto cond = encode(r.prompt);
-    auto uncond = encode(r.negative_prompt);
+  bool prompts_cached(const GenerationRequest& r, PromptCache& cache) const override {
+    return cache.contains(PromptCache::key(cache_encoder(), {tokens(r.prompt)})) &&
+           cache.contains(PromptCache::key(cache_encoder(), {tokens(r.negative_prompt)}));
+  }
 
-    auto generator = at::detail::createCPUGenerator(r.seed);
-    const std::int64_t frames = (*r.num_frames - 1) / 4 + 1;
-    auto latents = torch::randn({1, config_.latent_channels, frames, *r.height / 8, *r.width / 8},
-                                generator, torch::TensorOptions().dtype(torch::kFloat32))
-                       .to(dev);
+  GenerationOutput run(const GenerationRequest& r, const RunContext& ctx) override {
+    return std::move(run_batch({r}, ctx).front());
+  }
+
+  std::vector<GenerationOutput> run_batch(const std::vector<GenerationRequest>& requests,
+                                          const RunContext& ctx) override {
+    const auto dev = ctx.compute;
+    const auto& first = requests.front();
+    for (const auto& r : requests)
+      OMNI_INTERNAL_ASSERT(video_batch_key(r) == video_batch_key(first),
+                           "requests of different shapes in one batch");
+    auto encode = [&](const std::string& text) {
+      const auto ids = tokens(text);
+      return encode_cached(ctx.prompt_cache, cache_encoder(), {ids}, dev,
+                           [&] { return text_encoder(ids.to(dev)); });
+    };
+    std::vector<torch::Tensor> conds, unconds, noise;
+    for (const auto& r : requests) {
+      conds.push_back(encode(r.prompt));
+      unconds.push_back(encode(r.negative_prompt));
+    }
+    const std::int64_t frames = (*first.num_frames - 1) / 4 + 1;
+    for (const auto& r : requests) {
+      auto generator = at::detail::createCPUGenerator(r.seed);
+      noise.push_back(
+          torch::randn({1, config_.latent_channels, frames, *r.height / 8, *r.width / 8}, generator,
+                       torch::TensorOptions().dtype(torch::kFloat32))
+              .to(dev));
+    }
+    const auto cond = torch::cat(conds);
+    const auto uncond = torch::cat(unconds);
+    auto latents = torch::cat(noise);
+    const auto batch = latents.size(0);
     // Flow-matching Euler with a shifted sigma schedule.
-    const int n = *r.steps;
+    const int n = *first.steps;
     for (int i = 0; i < n; ++i) {
       const double t = sigma(i, n) * 1000.0;
       const bool high = high_noise(sigma(i, n));
       auto& expert = high ? transformer : transformer_2;
-      const double g = high ? *r.guidance_scale : *r.guidance_scale_2;
-      auto tt = torch::full({1}, t, torch::TensorOptions().dtype(torch::kFloat32).device(dev));
+      const double g = high ? *first.guidance_scale : *first.guidance_scale_2;
+      auto tt = torch::full({batch}, t, torch::TensorOptions().dtype(torch::kFloat32).device(dev));
       auto v_cond = expert(latents, tt, cond);
       auto v_uncond = expert(latents, tt, uncond);
       auto v = v_uncond + g * (v_cond - v_uncond);
       latents = latents + (sigma(i + 1, n) - sigma(i, n)) * v;
       if (ctx.progress) ctx.progress(i + 1, n);
     }
-    auto video = vae->decode(latents);  // [1, 3, F, H, W]
-    auto frames_u8 = ((video[0].permute({1, 2, 3, 0}) * 0.5 + 0.5).clamp(0, 1) * 255)
-                         .round()
-                         .to(torch::kUInt8)
-                         .to(torch::kCPU)
-                         .contiguous();
-    return {frames_u8, *r.fps};
+    std::vector<GenerationOutput> outputs;
+    for (std::int64_t i = 0; i < batch; ++i) {
+      auto video = vae->decode(latents.narrow(0, i, 1));  // [1, 3, F, H, W]
+      auto frames_u8 = ((video[0].permute({1, 2, 3, 0}) * 0.5 + 0.5).clamp(0, 1) * 255)
+                           .round()
+                           .to(torch::kUInt8)
+                           .to(torch::kCPU)
+                           .contiguous();
+      outputs.push_back({frames_u8, *requests[static_cast<std::size_t>(i)].fps});
+    }
+    return outputs;
   }
 
   TextEncoder text_encoder{nullptr};
@@ -249,6 +289,11 @@ class WanShapedPipeline final : public Pipeline {
     return config_.shift * s / (1 + (config_.shift - 1) * s);
   }
   bool high_noise(double sigma) const { return sigma * 1000.0 >= config_.boundary_ratio * 1000.0; }
+  torch::Tensor tokens(const std::string& text) const {
+    return tokenize(text, config_.vocab, config_.max_tokens);
+  }
+  // The prompt cache's name for this encoder (Note [Prompt cache]).
+  std::string cache_encoder() const { return detail::concat("wan-shaped@", text_encoder.get()); }
 
   WanShapedConfig config_;
 };

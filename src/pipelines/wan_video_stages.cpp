@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "omni/error.h"
 
@@ -64,6 +65,15 @@ GenerationRequest resolve_video_request(const GenerationRequest& in, const WanDe
              "guidance_scale_2 must be finite, got ", r.guidance_scale_2.value_or(0));
   OMNI_CHECK(*r.fps >= 1 && *r.fps <= 240, InvalidRequest, "fps must be in 1..240, got ", *r.fps);
   return r;
+}
+
+std::string video_batch_key(const GenerationRequest& r) {
+  // Hexadecimal floats: equal text only for equal values.
+  char guidance[80];
+  std::snprintf(guidance, sizeof guidance, "%a,%a", r.guidance_scale.value_or(1.0),
+                r.guidance_scale_2.value_or(r.guidance_scale.value_or(1.0)));
+  return detail::concat(r.width.value_or(0), "x", r.height.value_or(0), ",",
+                        r.num_frames.value_or(0), "f,", r.steps.value_or(0), "s,", guidance);
 }
 
 torch::Tensor prepare_video_latents(const models::wan::WanTransformer3DConfig& denoiser,

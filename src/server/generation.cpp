@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -15,22 +16,25 @@ namespace fs = std::filesystem;
 namespace omni::server {
 
 std::vector<std::string> generate_images(Omni& engine, const ImageRequest& request,
-                                         const pipelines::ProgressFn& progress) {
+                                         const pipelines::ProgressFn& progress,
+                                         std::size_t max_batch) {
+  const auto n = static_cast<std::size_t>(request.n);
   std::vector<std::string> pngs;
-  pngs.reserve(static_cast<std::size_t>(request.n));
-  for (int i = 0; i < request.n; ++i) {
-    auto r = request.request;
-    r.seed = request.request.seed + static_cast<std::uint64_t>(i);
-    const auto result = engine.generate(r, progress);
-    pngs.push_back(io::encode_png(result.frames[0]));
+  pngs.reserve(n);
+  for (std::size_t first = 0; first < n; first += std::max<std::size_t>(max_batch, 1)) {
+    std::vector<pipelines::GenerationRequest> requests;
+    for (std::size_t i = first; i < n && requests.size() < std::max<std::size_t>(max_batch, 1);
+         ++i) {
+      requests.push_back(request.request);
+      requests.back().seed = request.request.seed + static_cast<std::uint64_t>(i);
+    }
+    const std::vector<pipelines::ProgressFn> callbacks(requests.size(), progress);
+    for (auto& outcome : engine.generate_batch(requests, callbacks)) {
+      if (outcome.error) std::rethrow_exception(outcome.error);
+      pngs.push_back(io::encode_png(outcome.result.frames[0]));
+    }
   }
   return pngs;
-}
-
-std::string generate_video(Omni& engine, const pipelines::GenerationRequest& request,
-                           const pipelines::ProgressFn& progress) {
-  const auto result = engine.generate(request, progress);
-  return encode_mp4(result.frames, result.fps);
 }
 
 namespace {

@@ -12,14 +12,13 @@
 namespace omni::server {
 
 // Runs an image request: n generations with seeds seed, seed+1, … (mod 2^64),
-// each the same engine call as `omni generate --num-frames 1`. Returns one PNG
-// per image. Engine thread.
+// each the same engine call as `omni generate --num-frames 1`, up to
+// `max_batch` of them at a time in one phase-batched run (Note [Batched
+// generation]). Returns one PNG per image; the first failure is rethrown.
+// Engine thread.
 std::vector<std::string> generate_images(Omni& engine, const ImageRequest& request,
-                                         const pipelines::ProgressFn& progress = {});
-
-// Runs a video request and returns it as MP4 bytes. Engine thread.
-std::string generate_video(Omni& engine, const pipelines::GenerationRequest& request,
-                           const pipelines::ProgressFn& progress = {});
+                                         const pipelines::ProgressFn& progress = {},
+                                         std::size_t max_batch = 1);
 
 // MP4 (H.264) bytes of uint8 [F, H, W, 3] frames, through io::write_video.
 // FormatError when this build cannot write video.

@@ -2,6 +2,7 @@
 #include "engine_jobs.h"
 #include "generation.h"
 #include "http_reply.h"
+#include "omni/io/image_writer.h"
 #include "omni/random_seed.h"
 #include "request_body.h"
 #include "router.h"
@@ -22,10 +23,19 @@ void add_image_routes(RouteTable& routes, Service& s) {
         if (parsed.random_seed) parsed.request.seed = random_seed();
         parsed.request = s.pipeline->resolve(parsed.request);
         check_limits(parsed.request, s.limits, parsed.n);
-        const auto pngs = run_on_engine<std::vector<std::string>>(
-            s, "image", [parsed](Omni& engine, const pipelines::ProgressFn& progress) {
-              return generate_images(engine, parsed, progress);
-            });
+        // One image joins other requests of its shape (Note [Phase-batched
+        // scheduling]); n images batch among themselves.
+        const auto pngs =
+            parsed.n == 1
+                ? std::vector<std::string>{run_generation_on_engine<std::string>(
+                      s, "image", parsed.request,
+                      [](const GenerateResult& r) { return io::encode_png(r.frames[0]); })}
+                : run_on_engine<std::vector<std::string>>(
+                      s, "image",
+                      [parsed, max_batch = s.options.max_batch](
+                          Omni& engine, const pipelines::ProgressFn& progress) {
+                        return generate_images(engine, parsed, progress, max_batch);
+                      });
         nlohmann::json data = nlohmann::json::array();
         for (std::size_t i = 0; i < pngs.size(); ++i)
           data.push_back({{"b64_json", base64_encode(pngs[i])}, {"seed", parsed.request.seed + i}});

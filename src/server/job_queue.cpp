@@ -23,8 +23,9 @@ void drop(Job& job, std::string_view reason) noexcept {
 }
 }  // namespace
 
-JobQueue::JobQueue(EngineFactory factory, std::size_t capacity, Observer on_loaded)
-    : capacity_(capacity) {
+JobQueue::JobQueue(EngineFactory factory, std::size_t capacity, Observer on_loaded,
+                   BatchOptions batching)
+    : capacity_(capacity), batching_(batching) {
   std::promise<void> loaded;
   auto ready = loaded.get_future();
   worker_ = std::thread(
@@ -59,36 +60,92 @@ void JobQueue::worker_main(EngineFactory factory, Observer on_loaded, std::promi
     // parameters themselves stay ordinary tensors.
     c10::InferenceMode inference_mode;
     for (;;) {
-      Job job;
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) break;  // stopping and drained
-        job = std::move(queue_.front());
-        queue_.pop_front();
-        running_ = true;
-        running_id_ = job.id;
-        running_cancellation_ = job.cancellation;
-      }
-      if (job.cancellation->cancelled()) {
-        drop(job, describe(job.cancellation->reason()));
-      } else {
-        try {
-          job.run(*engine);
-        } catch (const std::exception& e) {
-          log_escaped("a job escaped with an error", e.what());
-        } catch (...) {
-          log_escaped("a job escaped with an error", "unknown exception");
-        }
-      }
+      auto jobs = take_jobs();
+      if (jobs.empty()) break;  // stopping and drained
+      run_jobs(*engine, jobs);
       std::lock_guard lock(mutex_);
-      running_ = false;
-      running_id_.clear();
-      running_cancellation_.reset();
+      running_.clear();
       if (queue_.empty()) idle_.notify_all();
     }
   }
   engine.reset();
+}
+
+std::vector<Job> JobQueue::take_jobs() {
+  std::unique_lock lock(mutex_);
+  wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+  if (queue_.empty()) return {};
+  std::vector<Job> jobs;
+  const auto take = [&](std::deque<Job>::iterator it) {
+    running_.push_back({it->id, it->cancellation});
+    jobs.push_back(std::move(*it));
+    return queue_.erase(it);
+  };
+  take(queue_.begin());
+  if (!jobs.front().batch || jobs.front().batch->key.empty() || batching_.max_batch < 2)
+    return jobs;
+  const std::string key = jobs.front().batch->key;
+  const auto join = [&] {
+    for (auto it = queue_.begin(); it != queue_.end() && jobs.size() < batching_.max_batch;) {
+      if (it->batch && it->batch->key == key && !it->cancellation->cancelled())
+        it = take(it);
+      else
+        ++it;
+    }
+  };
+  join();
+  const auto deadline = std::chrono::steady_clock::now() + batching_.wait;
+  while (jobs.size() < batching_.max_batch && !stopping_ &&
+         wake_.wait_until(lock, deadline) == std::cv_status::no_timeout)
+    join();  // a job arrived (or a spurious wake-up)
+  join();
+  return jobs;
+}
+
+void JobQueue::run_jobs(Omni& engine, std::vector<Job>& jobs) {
+  std::vector<Job*> live;
+  for (auto& job : jobs) {
+    if (job.cancellation->cancelled())
+      drop(job, describe(job.cancellation->reason()));  // while queued or waiting for its batch
+    else
+      live.push_back(&job);
+  }
+  if (live.empty()) return;
+  std::vector<pipelines::GenerationRequest> next;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& queued : queue_) {
+      if (!queued.batch || queued.cancellation->cancelled()) continue;
+      next.push_back(queued.batch->request);
+      break;
+    }
+  }
+  try {
+    engine.set_lookahead(std::move(next));
+    if (!live.front()->batch) {
+      live.front()->run(engine);
+      return;
+    }
+    std::vector<pipelines::GenerationRequest> requests;
+    std::vector<pipelines::ProgressFn> progress;
+    for (const auto* job : live) {
+      if (job->batch->start) job->batch->start();
+      requests.push_back(job->batch->request);
+      progress.push_back(job->batch->progress);
+    }
+    auto outcomes = engine.generate_batch(requests, progress);
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      try {
+        live[i]->batch->finish(engine, std::move(outcomes[i]));
+      } catch (const std::exception& e) {
+        log_escaped("a job escaped with an error", e.what());
+      }
+    }
+  } catch (const std::exception& e) {
+    log_escaped("a job escaped with an error", e.what());
+  } catch (...) {
+    log_escaped("a job escaped with an error", "unknown exception");
+  }
 }
 
 SubmitResult JobQueue::submit(Job job) {
@@ -105,15 +162,17 @@ bool JobQueue::cancel(const std::string& id, CancelReason reason) {
   Job cancelled;
   {
     std::lock_guard lock(mutex_);
-    if (running_ && running_id_ == id) {
-      running_cancellation_->cancel(reason);
+    const auto running = std::find_if(running_.begin(), running_.end(),
+                                      [&](const Running& r) { return r.id == id; });
+    if (running != running_.end()) {
+      running->cancellation->cancel(reason);
       return true;
     }
     auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Job& j) { return j.id == id; });
     if (it == queue_.end()) return false;
     cancelled = std::move(*it);
     queue_.erase(it);
-    if (queue_.empty() && !running_) idle_.notify_all();
+    if (queue_.empty() && running_.empty()) idle_.notify_all();
   }
   cancelled.cancellation->cancel(reason);
   drop(cancelled, describe(reason));
@@ -122,7 +181,7 @@ bool JobQueue::cancel(const std::string& id, CancelReason reason) {
 
 QueueStats JobQueue::stats() const {
   std::lock_guard lock(mutex_);
-  return {queue_.size(), capacity_, running_, stopping_};
+  return {queue_.size(), capacity_, !running_.empty(), running_.size(), stopping_};
 }
 
 void JobQueue::close() {
@@ -137,9 +196,9 @@ void JobQueue::abort(CancelReason reason) {
     std::lock_guard lock(mutex_);
     stopping_ = true;
     dropped.swap(queue_);
-    if (running_) running_cancellation_->cancel(reason);
+    for (auto& r : running_) r.cancellation->cancel(reason);
     wake_.notify_all();
-    if (!running_) idle_.notify_all();
+    if (running_.empty()) idle_.notify_all();
   }
   for (auto& job : dropped) {
     job.cancellation->cancel(reason);
@@ -149,7 +208,7 @@ void JobQueue::abort(CancelReason reason) {
 
 bool JobQueue::wait_idle(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  return idle_.wait_for(lock, timeout, [&] { return queue_.empty() && !running_; });
+  return idle_.wait_for(lock, timeout, [&] { return queue_.empty() && running_.empty(); });
 }
 
 void JobQueue::shutdown() {

@@ -172,8 +172,8 @@ std::string Metrics::render(const QueueGauges& queue) const {
            "Jobs waiting for the engine (not counting the running one).", queue.queued);
   w.scalar("omni_queue_capacity", "gauge", "Most jobs that may wait (--max-queue).",
            queue.capacity);
-  w.scalar("omni_jobs_running", "gauge", "Jobs the engine is running (0 or 1).",
-           queue.running ? 1 : 0);
+  w.scalar("omni_jobs_running", "gauge",
+           "Jobs the engine is running (more than 1 while a batch runs).", queue.running);
   w.scalar("omni_video_jobs", "gauge", "Video job records held (queued, running and finished).",
            queue.video_jobs);
   w.scalar("omni_http_connections_open", "gauge", "HTTP connections being served.",
@@ -240,6 +240,14 @@ std::string Metrics::render(const QueueGauges& queue) const {
   for (const auto& [key, flow] : o.flows)
     w.sample("omni_offload_transfers_total", {{"component", key.first}, {"direction", key.second}},
              flow.count);
+  // Note [Phase-batched scheduling]: a batch makes each component resident
+  // once for all its requests; this is the figure that shows it.
+  w.family("omni_component_uploads_total", "counter",
+           "Times each component became resident on the device since load (its upload "
+           "began; the VAE and resident modules once, at load).");
+  for (const auto& [key, flow] : o.flows)
+    if (key.second == offload::to_string(offload::Direction::h2d))
+      w.sample("omni_component_uploads_total", {{"component", key.first}}, flow.count);
   w.family("omni_offload_component_bytes", "gauge", "Weight bytes of each component.");
   for (const auto& [name, rb] : o.components)
     w.sample("omni_offload_component_bytes", {{"component", name}, {"role", rb.first}}, rb.second);

@@ -23,7 +23,7 @@ void add_probe_routes(RouteTable& routes, Service& s) {
   routes.get(
       "/metrics", "/metrics", Access::open, [&s](const httplib::Request&, httplib::Response& res) {
         const auto q = s.queue->stats();
-        QueueGauges gauges{q.queued, q.capacity, q.running, s.videos.size()};
+        QueueGauges gauges{q.queued, q.capacity, q.running_jobs, s.videos.size()};
         if (s.http != nullptr) {
           gauges.connections_open = s.http->open_connections();
           gauges.connections_max = s.options.max_connections;

@@ -39,6 +39,10 @@ void ServerOptions::validate() const {
              "--receive-timeout must be in (0, 3600] seconds, got ", receive_timeout_seconds);
   OMNI_CHECK(shutdown_timeout_seconds >= 0 && shutdown_timeout_seconds <= 86400, ConfigError,
              "--shutdown-timeout must be in [0, 86400] seconds, got ", shutdown_timeout_seconds);
+  OMNI_CHECK(max_batch >= 1 && max_batch <= 64, ConfigError, "--max-batch must be in 1..64, got ",
+             max_batch);
+  OMNI_CHECK(batch_wait_ms >= 0 && batch_wait_ms <= 60000, ConfigError,
+             "--batch-wait-ms must be in 0..60000, got ", batch_wait_ms);
 }
 
 namespace {
@@ -144,7 +148,8 @@ Server::Server(EngineArgs engine, ServerOptions options) {
       s.options.max_queue,
       [&s](Omni& omni) {
         s.metrics.publish_offload(OffloadFigures::from_report(omni.offload_report()));
-      });
+      },
+      BatchOptions{s.options.max_batch, std::chrono::milliseconds(s.options.batch_wait_ms)});
 
   auto& http = state_->http;
   State* state = state_.get();

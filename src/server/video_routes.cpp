@@ -106,10 +106,9 @@ void add_video_routes(RouteTable& routes, Service& s) {
               [&s](const httplib::Request& req, httplib::Response& res,
                    const httplib::ContentReader& reader) {
                 const auto request = video_request(s, req, reader);
-                auto mp4 = run_on_engine<std::string>(
-                    s, "video", [request](Omni& engine, const pipelines::ProgressFn& progress) {
-                      return generate_video(engine, request, progress);
-                    });
+                auto mp4 = run_generation_on_engine<std::string>(
+                    s, "video", request,
+                    [](const GenerateResult& r) { return encode_mp4(r.frames, r.fps); });
                 res.status = 200;
                 // What was used, as the job object says it for /v1/videos.
                 res.set_header("X-Omni-Seed", std::to_string(request.seed));

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -196,6 +197,128 @@ TEST(JobQueue, ALoadFailureIsRethrownToTheCaller) {
   EngineArgs args;
   args.model = "/nonexistent/model";
   EXPECT_THROW(JobQueue([args] { return std::make_unique<Omni>(args); }, 1), Error);
+}
+
+// ---- Note [Phase-batched scheduling] ---------------------------------------
+
+// What the batchable jobs below saw: per job id, the batch it ran in (its
+// size) or the error it ended with.
+struct BatchRecorder {
+  std::mutex mutex;
+  std::map<std::string, std::string> seen;
+  std::atomic<int> finished{0};
+
+  Job job(const std::string& id, int steps, pipelines::ProgressFn progress = {}) {
+    Job j;
+    j.id = id;
+    BatchPart part;
+    part.request = tiny_request(steps);
+    part.key = "steps=" + std::to_string(steps);
+    part.progress = std::move(progress);
+    part.finish = [this, id](Omni&, BatchOutcome outcome) {
+      std::string what;
+      if (outcome.error) {
+        try {
+          std::rethrow_exception(outcome.error);
+        } catch (const std::exception& e) {
+          what = std::string("error: ") + e.what();
+        }
+      } else {
+        what = "batch of " + std::to_string(outcome.result.batch_size);
+      }
+      std::lock_guard lock(mutex);
+      seen[id] = what;
+      ++finished;
+    };
+    j.batch = std::move(part);
+    return j;
+  }
+  std::string of(const std::string& id) {
+    std::lock_guard lock(mutex);
+    return seen.count(id) ? seen[id] : "not finished";
+  }
+};
+
+// Keeps the worker busy until the returned promise is set, so that the jobs
+// submitted meanwhile queue up.
+std::shared_ptr<std::promise<void>> hold_the_worker(JobQueue& queue) {
+  auto started = std::make_shared<std::promise<void>>();
+  auto release = std::make_shared<std::promise<void>>();
+  Job job;
+  job.run = [started, released = release->get_future().share()](Omni&) {
+    started->set_value();
+    released.wait();
+  };
+  EXPECT_EQ(queue.submit(std::move(job)), SubmitResult::accepted);
+  started->get_future().wait();
+  return release;
+}
+
+// Queues (id, steps) jobs while the worker is busy, then lets them run;
+// what each saw (BatchRecorder), in the order given.
+std::vector<std::string> run_queued_batchable_jobs(
+    std::size_t max_batch, const std::vector<std::pair<std::string, int>>& jobs) {
+  JobQueue queue(example_engine(), 8, {}, BatchOptions{max_batch, 0ms});
+  auto release = hold_the_worker(queue);
+  BatchRecorder recorder;
+  for (const auto& [id, steps] : jobs)
+    EXPECT_EQ(queue.submit(recorder.job(id, steps)), SubmitResult::accepted);
+  release->set_value();
+  EXPECT_TRUE(queue.wait_idle(120s));
+  std::vector<std::string> seen;
+  for (const auto& job : jobs) seen.push_back(recorder.of(job.first));
+  return seen;
+}
+
+TEST(JobQueue, QueuedJobsOfOneShapeRunAsOneBatchUpToMaxBatch) {
+  // Four of one shape (1 step), one of another in between. a3 passes b1 to
+  // join the head's batch; a4 is past --max-batch 3.
+  const auto seen =
+      run_queued_batchable_jobs(3, {{"a1", 1}, {"a2", 1}, {"b1", 2}, {"a3", 1}, {"a4", 1}});
+  EXPECT_EQ(seen, (std::vector<std::string>{"batch of 3", "batch of 3", "batch of 1", "batch of 3",
+                                            "batch of 1"}));
+}
+
+TEST(JobQueue, MaxBatchOneRunsEveryJobAlone) {
+  EXPECT_EQ(run_queued_batchable_jobs(1, {{"a1", 1}, {"a2", 1}}),
+            (std::vector<std::string>{"batch of 1", "batch of 1"}));
+}
+
+// --batch-wait-ms: a lone job waits that long for company of its shape.
+TEST(JobQueue, ABatchWaitsForLateJobsOfItsShape) {
+  for (const auto wait : {0ms, 5000ms}) {
+    SCOPED_TRACE(wait.count());
+    JobQueue queue(example_engine(), 8, {}, BatchOptions{2, wait});
+    BatchRecorder recorder;
+    ASSERT_EQ(queue.submit(recorder.job("first", 2)), SubmitResult::accepted);
+    std::this_thread::sleep_for(200ms);
+    ASSERT_EQ(queue.submit(recorder.job("late", 2)), SubmitResult::accepted);
+    ASSERT_TRUE(queue.wait_idle(120s));
+    EXPECT_EQ(recorder.of("late"), wait.count() > 0 ? "batch of 2" : "batch of 1");
+  }
+}
+
+// Cancelling one job of a running batch by id reaches that job only.
+TEST(JobQueue, CancellingOneJobOfABatchLeavesTheOthers) {
+  JobQueue queue(example_engine(), 8, {}, BatchOptions{3, 0ms});
+  auto release = hold_the_worker(queue);
+  BatchRecorder recorder;
+  std::vector<std::shared_ptr<Cancellation>> cancellations;
+  for (const char* id : {"keep-1", "gone", "keep-2"}) {
+    auto job = recorder.job(id, 4);
+    auto cancellation = job.cancellation;
+    job.batch->progress = [&queue, cancellation, id = std::string(id)](int step, int) {
+      if (id == "keep-1" && step == 1) queue.cancel("gone", CancelReason::client_disconnected);
+      cancellation->throw_if_cancelled();
+    };
+    ASSERT_EQ(queue.submit(std::move(job)), SubmitResult::accepted);
+  }
+  release->set_value();
+  ASSERT_TRUE(queue.wait_idle(120s));
+  EXPECT_EQ(recorder.of("keep-1"), "batch of 3");
+  EXPECT_EQ(recorder.of("keep-2"), "batch of 3");
+  EXPECT_EQ(recorder.of("gone"),
+            "error: " + std::string(describe(CancelReason::client_disconnected)));
 }
 
 }  // namespace

@@ -63,7 +63,42 @@ class Pipeline : public nn::Module {
   virtual std::vector<std::string> call_schedule(const GenerationRequest& request) const {
     return {};
   }
+
+  // --- Phase-batched runs (Note [Phase-batched runs]) -----------------------
+
+  // Resolved requests with the same key may run together in run_batch();
+  // nullopt (the default): this request never batches.
+  virtual std::optional<std::string> batch_key(const GenerationRequest& request) const {
+    return std::nullopt;
+  }
+  // Runs resolved requests that share a batch key, one output per request in
+  // order. context.progress is called once per step of the batch. The
+  // default runs them one after another.
+  virtual std::vector<GenerationOutput> run_batch(const std::vector<GenerationRequest>& requests,
+                                                  const RunContext& context);
+  // call_schedule() of a run_batch() over `requests`. The default: each
+  // request's schedule in turn.
+  virtual std::vector<std::string> batch_call_schedule(
+      const std::vector<GenerationRequest>& requests) const;
+  // Whether every prompt `request` encodes is in `cache` (its text encoder
+  // would not run). Counts no hit. The default: false.
+  virtual bool prompts_cached(const GenerationRequest& request, PromptCache& cache) const {
+    return false;
+  }
 };
+
+// Note [Phase-batched runs]
+// Requests of the same shape (size, frames, steps, guidance, and so the same
+// expert at every step) run through each phase together: every prompt is
+// encoded while the encoder is resident, the latents of all requests (each
+// drawn from its own seed exactly as alone) are concatenated along the batch
+// and denoised by one expert call per forward, and each request's latents
+// are decoded on their own. So a batch uploads each expert once, and each
+// request gets the frames it would get alone up to the DiT's last bits: the
+// encoder and the VAE run per request at batch 1, as alone (bitwise the
+// same); only the DiT forward sees a larger batch, where its GEMMs
+// accumulate in another order (on CPU: latents within ~1e-5, frames within
+// one uint8 level; tests/engine/batch_engine_test.cpp measures it).
 
 struct LoadOptions {
   torch::ScalarType dtype = torch::kFloat32;

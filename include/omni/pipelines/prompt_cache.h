@@ -51,6 +51,8 @@ class PromptCache {
 
   // The host tensor stored under `key` (and a hit), or an undefined tensor (and a miss).
   torch::Tensor find(const std::string& key);
+  // Whether `key` is held; counts neither a hit nor a miss and keeps the LRU order.
+  bool contains(const std::string& key) const;
   // Stores a host copy of `value`, evicting the least recently used entries to fit.
   void insert(const std::string& key, const torch::Tensor& value);
 

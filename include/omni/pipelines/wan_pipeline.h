@@ -107,6 +107,14 @@ class WanPipeline final : public Pipeline {
   // text_encoder once per prompt, the step's expert once per forward
   // (twice a step with guidance), vae once.
   std::vector<std::string> call_schedule(const GenerationRequest& request) const override;
+  // Note [Phase-batched runs]: the key is video_batch_key(); run() is
+  // run_batch() of one request.
+  std::optional<std::string> batch_key(const GenerationRequest& request) const override;
+  std::vector<GenerationOutput> run_batch(const std::vector<GenerationRequest>& requests,
+                                          const RunContext& context) override;
+  std::vector<std::string> batch_call_schedule(
+      const std::vector<GenerationRequest>& requests) const override;
+  bool prompts_cached(const GenerationRequest& request, PromptCache& cache) const override;
 
   // --- Building blocks of run(), usable on their own -----------------------
 
@@ -177,6 +185,8 @@ class WanPipeline final : public Pipeline {
 
  private:
   WanPipeline() = default;
+  // The prompt cache's name for this encoder (Note [Prompt cache]).
+  std::string prompt_cache_encoder() const;
 
   WanPipelineConfig config_;
   WanDefaults defaults_;

@@ -100,6 +100,12 @@ GenerationRequest resolve_video_request(const GenerationRequest& request,
                                         const models::wan::AutoencoderKLWanConfig& vae,
                                         bool two_experts);
 
+// Note [Phase-batched runs] (pipeline.h): what must match for resolved
+// requests to denoise together: width, height, num_frames, steps,
+// guidance_scale and guidance_scale_2 (exactly; the steps fix which expert
+// runs when). Prompts, seeds and fps may differ.
+std::string video_batch_key(const GenerationRequest& resolved);
+
 // diffusers' prompt_clean without ftfy: html.unescape twice, then runs of
 // (ASCII) whitespace become one space and the ends are stripped.
 std::string clean_prompt(const std::string& text);

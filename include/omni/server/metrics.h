@@ -12,6 +12,7 @@
 //   omni_offload_transfer_bytes_total{component,direction}  counter
 //   omni_offload_transfer_seconds_total{component,direction} counter
 //   omni_offload_transfers_total{component,direction}       counter
+//   omni_component_uploads_total{component}                 counter
 //   omni_offload_component_bytes{component,role}            gauge
 //   omni_offload_peak_resident_bytes, omni_offload_pinned_host_bytes,
 //   omni_offload_pageable_host_bytes, omni_offload_planned_peak_bytes  gauges
@@ -61,7 +62,7 @@ struct OffloadFigures {
 struct QueueGauges {
   std::size_t queued = 0;
   std::size_t capacity = 0;
-  bool running = false;
+  std::size_t running = 0;     // jobs the engine runs now (each of a batch)
   std::size_t video_jobs = 0;  // records in the video job store
   std::size_t connections_open = 0;
   std::size_t connections_max = 0;        // --max-connections

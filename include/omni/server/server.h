@@ -39,6 +39,10 @@ struct ServerOptions {
   std::size_t max_connections = 128;         // open at once; past it, 503
   double receive_timeout_seconds = 30;       // for a request's head and body, from its first byte
   double shutdown_timeout_seconds = 30;      // the drain after stop(); then work is cancelled
+  // Note [Phase-batched scheduling] (job_queue.h): queued requests of one
+  // shape run together, up to max_batch, waiting at most batch_wait_ms for more.
+  std::size_t max_batch = 4;
+  int batch_wait_ms = 0;
   // ConfigError naming the bad option.
   void validate() const;
 };
