@@ -223,15 +223,16 @@ PYBIND11_MODULE(_omni, m) {
 
   py::class_<Engine>(m, "Engine")
       .def(py::init([](const std::string& model, bool enable_cpu_offload, const std::string& device,
-                       const std::string& dtype, const ByteSize& sim_memory, double sim_link_gbps,
-                       const ByteSize& prompt_cache, bool offload_streaming, bool pin_memory,
-                       std::uint64_t max_pin_chunk_bytes,
+                       const std::string& dtype, bool vae_tiling, const ByteSize& sim_memory,
+                       double sim_link_gbps, const ByteSize& prompt_cache, bool offload_streaming,
+                       bool pin_memory, std::uint64_t max_pin_chunk_bytes,
                        const std::vector<std::string>& split_components) {
              omni::EngineArgs args;
              args.model = model;
              args.enable_cpu_offload = enable_cpu_offload;
              args.device = device;
              args.dtype = dtype;
+             args.vae_tiling = vae_tiling;
              args.sim_memory_bytes = to_bytes(sim_memory);
              args.sim_link_gbps = sim_link_gbps;
              args.prompt_cache_bytes = to_bytes(prompt_cache);
@@ -242,7 +243,7 @@ PYBIND11_MODULE(_omni, m) {
              return std::make_unique<Engine>(std::move(args));
            }),
            py::arg("model"), py::kw_only(), py::arg("enable_cpu_offload"), py::arg("device"),
-           py::arg("dtype"), py::arg("sim_memory"), py::arg("sim_link_gbps"),
+           py::arg("dtype"), py::arg("vae_tiling"), py::arg("sim_memory"), py::arg("sim_link_gbps"),
            py::arg("prompt_cache"), py::arg("offload_streaming"), py::arg("pin_memory"),
            py::arg("max_pin_chunk_bytes"), py::arg("split_components"),
            "Loads the model and enables offload (GIL released). Errors: omni's classes.")

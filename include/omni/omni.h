@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "omni/device/device.h"
@@ -27,12 +28,22 @@ using pipelines::GenerationRequest;
 struct EngineArgs {
   std::string model = "example:wan-shaped";
   bool enable_cpu_offload = false;
-  std::string device = "auto";    // auto | cpu | sim | cuda[:N]
-  std::string dtype = "float32";  // float32 | bfloat16 | float16
+  std::string device = "auto";  // auto | cpu | sim | cuda[:N]
+  // auto (each component's stored dtype) | float32 | bfloat16 | float16, or
+  // per component: "transformer=bfloat16,vae=float32" (Note [Dtype from the checkpoint]).
+  std::string dtype = "auto";
+  // Tiled VAE decode/encode above one tile (Note [Tiled VAE]); --vae-tiling.
+  bool vae_tiling = true;
   std::uint64_t sim_memory_bytes = 64ull << 30;
   // The sim device's link speed in GB/s (Note [The sim link]); 0: memcpy speed.
   double sim_link_gbps = 0;
   // offload.streaming (default on) is --offload-streaming.
+  // Host memory for weights with offload (Note [Mapped homes]): components
+  // whose homes do not fit keep them in the mapped checkpoint and upload
+  // through a pinned staging ring of `pinned_staging_bytes` (part of the
+  // budget). nullopt: no budget, every home pinned.
+  std::optional<std::uint64_t> host_memory_budget_bytes;
+  std::uint64_t pinned_staging_bytes = 512ull << 20;
   // Text-encoder outputs kept for reuse (Note [Prompt cache]); 0: none.
   std::uint64_t prompt_cache_bytes = 256ull << 20;
   offload::OffloadOptions offload;
@@ -81,15 +92,17 @@ class Omni {
   device::Device& device() { return *device_; }
   pipelines::Pipeline& pipeline() { return *pipeline_; }
   offload::OffloadBackend* backend() { return backend_.get(); }
+  // The host memory plan made before loading (absent without a budget).
+  const std::optional<offload::HostMemoryPlan>& host_plan() const { return host_plan_; }
 
  private:
   EngineArgs args_;
   std::unique_ptr<device::Device> device_;
   std::shared_ptr<pipelines::Pipeline> pipeline_;
+  std::optional<offload::HostMemoryPlan> host_plan_;
   std::unique_ptr<offload::OffloadBackend> backend_;
   pipelines::PromptCache prompt_cache_;
+  void add_host_plan(offload::OffloadReport& report) const;
 };
-
-torch::ScalarType parse_dtype(const std::string& name);
 
 }  // namespace omni

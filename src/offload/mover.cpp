@@ -4,6 +4,7 @@
 
 #include "offload/rebind.h"
 #include "omni/error.h"
+#include "omni/offload/staging_ring.h"
 
 namespace omni::offload {
 
@@ -33,6 +34,18 @@ ResidentGroup Mover::upload(HostHome& home, std::size_t g) {
   const std::size_t size = group.end - group.begin;
   out.buffer = device_.allocate(std::max<std::size_t>(size, 1));
   out.timer = device_.start_transfer_timer();
+  if (auto* ring = home.staging()) {
+    // A mapped home (Note [Mapped homes]): each tensor from the file's
+    // pages through the pinned ring, to the offset a pinned home would use.
+    for (auto index : group.slots) {
+      const auto& slot = home.slots()[index];
+      if (!slot.bytes) continue;
+      out.pinned =
+          ring->upload(out.buffer, slot.offset - group.begin, slot.home.data_ptr(), slot.bytes) &&
+          out.pinned;
+      out.bytes += slot.bytes;
+    }
+  }
   for (const auto& piece : region.pieces()) {
     const std::size_t lo = std::max(piece.begin, group.begin);
     const std::size_t hi = std::min(piece.end, group.end);

@@ -73,6 +73,9 @@ struct OffloadOptions {
   // nullopt: 0 on sim (its capacity counts weights only), on cuda a fifth of
   // the card and at least 4 GiB.
   std::optional<std::uint64_t> reserve_bytes;
+  // Components whose homes stay in the mapped checkpoint under a host
+  // memory budget, and their staging ring (Note [Mapped homes]).
+  MappedHomes mapped_homes;
 };
 
 class OffloadBackend : public SplitOffloadHost {
