@@ -148,5 +148,7 @@ TEST_F(DtypeEngineTest, ReportedPeakIsTheStoredSizeWithoutDtype) {
   EXPECT_LT(out.report.peak_resident_bytes, plan.planned_peak_with_offload_bytes + 256 * tensors)
       << "the report's peak is the bf16 size inspect plans";
   EXPECT_LT(out.report.peak_resident_bytes, plan_f32.planned_peak_with_offload_bytes);
-  EXPECT_EQ(out.report.planned_peak_without_offload_bytes, plan.planned_peak_without_offload_bytes);
+  EXPECT_GE(out.report.planned_peak_without_offload_bytes, plan.planned_peak_without_offload_bytes);
+  EXPECT_LT(out.report.planned_peak_without_offload_bytes,
+            plan.planned_peak_without_offload_bytes + 256 * tensors);
 }
