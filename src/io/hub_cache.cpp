@@ -124,8 +124,9 @@ fs::path resolve_hub_snapshot(const HubModelId& id, const HubCacheDir& cache) {
 }
 
 fs::path resolve_model_dir(const std::string& model) {
-  std::error_code ec;
-  if (fs::is_directory(model, ec)) return fs::path(model);
+  // Throws filesystem_error for a path the system refuses (a name too long):
+  // the loaders turn it into a FormatError naming the path.
+  if (fs::is_directory(model)) return fs::path(model);
   if (const auto id = HubModelId::parse(model)) {
     try {
       return resolve_hub_snapshot(*id, hub_cache_dir());

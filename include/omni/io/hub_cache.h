@@ -46,7 +46,8 @@ std::filesystem::path resolve_hub_snapshot(const HubModelId& id, const HubCacheD
 
 // Where `model` lives: the directory itself when it is one, else a hub id's
 // snapshot in hub_cache_dir(). ModelNotFound for a hub id that is not
-// cached; ConfigError when `model` is neither a directory nor a hub id.
+// cached; ConfigError when `model` is neither a directory nor a hub id;
+// std::filesystem::filesystem_error for a path the system refuses.
 std::filesystem::path resolve_model_dir(const std::string& model);
 
 }  // namespace omni::io
