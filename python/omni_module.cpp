@@ -223,9 +223,9 @@ PYBIND11_MODULE(_omni, m) {
 
   py::class_<Engine>(m, "Engine")
       .def(py::init([](const std::string& model, bool enable_cpu_offload, const std::string& device,
-                       const std::string& dtype, const ByteSize& sim_memory, double sim_link_gbps,
-                       const ByteSize& prompt_cache, bool offload_streaming, bool pin_memory,
-                       std::uint64_t max_pin_chunk_bytes,
+                       const std::string& dtype, bool vae_tiling, const ByteSize& sim_memory,
+                       double sim_link_gbps, const ByteSize& prompt_cache, bool offload_streaming,
+                       bool pin_memory, std::uint64_t max_pin_chunk_bytes,
                        const std::vector<std::string>& split_components,
                        const std::optional<ByteSize>& device_memory_budget,
                        const std::optional<ByteSize>& reserve_memory, bool enable_layerwise_offload,
@@ -235,6 +235,7 @@ PYBIND11_MODULE(_omni, m) {
              args.enable_cpu_offload = enable_cpu_offload;
              args.device = device;
              args.dtype = dtype;
+             args.vae_tiling = vae_tiling;
              args.sim_memory_bytes = to_bytes(sim_memory);
              args.sim_link_gbps = sim_link_gbps;
              args.prompt_cache_bytes = to_bytes(prompt_cache);
@@ -251,7 +252,7 @@ PYBIND11_MODULE(_omni, m) {
              return std::make_unique<Engine>(std::move(args));
            }),
            py::arg("model"), py::kw_only(), py::arg("enable_cpu_offload"), py::arg("device"),
-           py::arg("dtype"), py::arg("sim_memory"), py::arg("sim_link_gbps"),
+           py::arg("dtype"), py::arg("vae_tiling"), py::arg("sim_memory"), py::arg("sim_link_gbps"),
            py::arg("prompt_cache"), py::arg("offload_streaming"), py::arg("pin_memory"),
            py::arg("max_pin_chunk_bytes"), py::arg("split_components"),
            py::arg("device_memory_budget"), py::arg("reserve_memory"),

@@ -41,6 +41,15 @@ class FormatError : public Error {
   using Error::Error;
 };
 
+// A model named by a hub id ("org/name[@revision]") that is not in the
+// local Hugging Face cache, or not at that revision (io/hub_cache.h). omni
+// never downloads; the message names the id, the directories searched and
+// the command that downloads it. Exit status 3 in the CLI, as a bad file.
+class ModelNotFound : public FormatError {
+ public:
+  using FormatError::FormatError;
+};
+
 // The device could not hold what was asked of it.
 class DeviceOutOfMemory : public Error {
  public:

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "omni/device/device.h"
@@ -34,12 +35,22 @@ struct EngineArgs {
   // --offload auto: the mode is chosen from the component sizes and the
   // budget (Note [Choosing an offload mode]); the flags above are ignored.
   bool offload_auto = false;
-  std::string device = "auto";    // auto | cpu | sim | cuda[:N]
-  std::string dtype = "float32";  // float32 | bfloat16 | float16
+  std::string device = "auto";  // auto | cpu | sim | cuda[:N]
+  // auto (each component's stored dtype) | float32 | bfloat16 | float16, or
+  // per component: "transformer=bfloat16,vae=float32" (Note [Dtype from the checkpoint]).
+  std::string dtype = "auto";
+  // Tiled VAE decode/encode above one tile (Note [Tiled VAE]); --vae-tiling.
+  bool vae_tiling = true;
   std::uint64_t sim_memory_bytes = 64ull << 30;
   // The sim device's link speed in GB/s (Note [The sim link]); 0: memcpy speed.
   double sim_link_gbps = 0;
   // offload.streaming (default on) is --offload-streaming.
+  // Host memory for weights with offload (Note [Mapped homes]): components
+  // whose homes do not fit keep them in the mapped checkpoint and upload
+  // through a pinned staging ring of `pinned_staging_bytes` (part of the
+  // budget). nullopt: no budget, every home pinned.
+  std::optional<std::uint64_t> host_memory_budget_bytes;
+  std::uint64_t pinned_staging_bytes = 512ull << 20;
   // Text-encoder outputs kept for reuse (Note [Prompt cache]); 0: none.
   std::uint64_t prompt_cache_bytes = 256ull << 20;
   offload::OffloadOptions offload;
@@ -133,6 +144,8 @@ class Omni {
   offload::OffloadBackend* backend() { return backend_.get(); }
   // What --offload auto chose and why; nullopt without it.
   const std::optional<offload::OffloadChoice>& offload_choice() const { return choice_; }
+  // The host memory plan made before loading (absent without a budget).
+  const std::optional<offload::HostMemoryPlan>& host_plan() const { return host_plan_; }
 
  private:
   // Runs resolved `results[i].request`s as one backend request (one
@@ -142,13 +155,13 @@ class Omni {
   EngineArgs args_;
   std::unique_ptr<device::Device> device_;
   std::shared_ptr<pipelines::Pipeline> pipeline_;
+  std::optional<offload::HostMemoryPlan> host_plan_;
   std::unique_ptr<offload::OffloadBackend> backend_;
   std::optional<offload::OffloadChoice> choice_;
   offload::PolicyKind choose_policy();
   pipelines::PromptCache prompt_cache_;
   std::vector<GenerationRequest> lookahead_;
+  void add_host_plan(offload::OffloadReport& report) const;
 };
-
-torch::ScalarType parse_dtype(const std::string& name);
 
 }  // namespace omni

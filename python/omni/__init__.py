@@ -77,10 +77,17 @@ _NOT_OVERRIDABLE = {
 }
 
 
+def _dtype_spec(dtype: Any) -> str:
+    """The C++ DtypeSpec text of a dtype, a torch.dtype or a {component: dtype} dict."""
+    if isinstance(dtype, dict):
+        return ",".join(f"{name}={str(value).removeprefix('torch.')}" for name, value in dtype.items())
+    return str(dtype).removeprefix("torch.")
+
+
 class Omni:
     """A loaded model: the C++ engine omni::Omni.
 
-    Omni(model, *, enable_cpu_offload=False, device="auto", dtype="float32", ...)
+    Omni(model, *, enable_cpu_offload=False, device="auto", dtype="auto", ...)
 
     model: a diffusers model directory (model_index.json), e.g. "models/tiny-shapes", or the
         built-in "example:wan-shaped".
@@ -88,7 +95,10 @@ class Omni:
         component group stays on the device, the rest waits in pinned host memory.
     device: "auto" | "cpu" | "sim" | "cuda[:N]"; "auto" is cuda:0 when there is one, else cpu,
         or the simulated stand-in accelerator "sim" when offload is enabled.
-    dtype: "float32" | "bfloat16" | "float16" (or a torch.dtype).
+    dtype: "auto" (each component keeps the dtype its checkpoint stores) | "float32" |
+        "bfloat16" | "float16" (or a torch.dtype), or per component as a dict
+        {"transformer": "bfloat16", "vae": "float32"} or the CLI's "transformer=bfloat16,vae=float32".
+        ConfigError for an unknown dtype or a component the model does not have.
     sim_memory: capacity of the sim device, bytes or a size such as "2GiB".
     sim_link_gbps: speed of the sim device's host-to-device link in GB/s (0: memcpy speed).
     prompt_cache: bytes of text-encoder outputs kept for repeated prompts (0: off), bytes or a
@@ -105,7 +115,8 @@ class Omni:
         DiT (the CLI's --enable-layerwise-offload); prefetch_blocks: blocks uploaded ahead.
     offload: "auto" chooses the offload mode from the component sizes and the budget (the CLI's
         --offload auto); None (default) follows the keywords above.
-    vae_use_tiling: accepted as False (the VAE decodes in one piece); True is not implemented.
+    vae_use_tiling: the VAE decodes frames larger than 256x256 in overlapping, blended tiles
+        (default None: on, as the CLI's --vae-tiling on); False decodes in one piece.
     boundary_ratio, flow_shift: vllm-omni's overrides; this engine takes both from the model's
         files, so passing one raises NotImplementedError.
 
@@ -121,7 +132,7 @@ class Omni:
         *,
         enable_cpu_offload: bool = False,
         device: str = "auto",
-        dtype: Any = "float32",
+        dtype: Any = "auto",
         sim_memory: Union[int, str] = "64GiB",
         sim_link_gbps: float = 0.0,
         prompt_cache: Union[int, str] = "256MiB",
@@ -143,8 +154,6 @@ class Omni:
                 raise NotImplementedError(
                     f"{name}={value!r}: this engine cannot override it ({_NOT_OVERRIDABLE[name]})"
                 )
-        if vae_use_tiling:
-            raise NotImplementedError("vae_use_tiling=True: this engine's VAE has no tiled decode")
         if offload_streaming not in ("on", "off", True, False):
             raise ConfigError(f"offload_streaming must be 'on' or 'off', got {offload_streaming!r}")
         if offload not in (None, "auto"):
@@ -155,7 +164,8 @@ class Omni:
             os.fspath(model),
             enable_cpu_offload=bool(enable_cpu_offload),
             device=device,
-            dtype=str(dtype).removeprefix("torch."),
+            dtype=_dtype_spec(dtype),
+            vae_tiling=vae_use_tiling is None or bool(vae_use_tiling),
             sim_memory=sim_memory,
             sim_link_gbps=float(sim_link_gbps),
             prompt_cache=prompt_cache,

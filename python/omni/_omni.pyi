@@ -15,6 +15,7 @@ class Engine:
         enable_cpu_offload: bool,
         device: str,
         dtype: str,
+        vae_tiling: bool,
         sim_memory: Union[int, str],
         sim_link_gbps: float,
         prompt_cache: Union[int, str],

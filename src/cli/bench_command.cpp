@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "omni/error.h"
 #if OMNI_WITH_BENCH
+#include "bench/checkpoint/checkpoint_bench.h"
 #include "bench/offload/offload_bench.h"
 #include "bench/soak/soak_bench.h"
 #endif
@@ -43,6 +44,58 @@ int bench_soak(const bench::SoakBenchConfig& config) {
   std::cout << result.verdict_line() << "\n";
   if (!config.json_path.empty()) std::cout << "wrote " << config.json_path << "\n";
   return result.pass ? 0 : 1;
+}
+
+void add_checkpoint_commands(CLI::App& bench_cmd) {
+  auto load = std::make_shared<bench::LoadBenchConfig>();
+  auto* load_cmd = bench_cmd.add_subcommand(
+      "load",
+      "Load GB/s (engine start with offload on sim: weights into homes) against a raw "
+      "sequential read of the same files, cold and warm page cache");
+  load_cmd->add_option("model", load->model, "Model: a diffusers directory or a hub id")
+      ->required();
+  load_cmd->add_option("--dtype", load->dtype, "As omni generate --dtype")->capture_default_str();
+  load_cmd->add_option("--host-memory-budget", load->host_memory_budget,
+                       "As omni generate --host-memory-budget");
+  load_cmd->add_option("--pinned-staging", load->pinned_staging, "As omni generate")
+      ->capture_default_str();
+  load_cmd->add_option("--json", load->json_path, "Write the figures as JSON");
+  load_cmd->callback([load] {
+    std::exit(run_guarded([&] {
+      load->validate();
+      std::cout << bench::run_load_bench(*load, std::cerr).to_table();
+      return 0;
+    }));
+  });
+
+  auto ckpt = std::make_shared<bench::CheckpointBenchConfig>();
+  auto* ckpt_cmd = bench_cmd.add_subcommand(
+      "checkpoint",
+      "Write a synthetic bf16 Wan directory (two 2.8 GB experts), run omni generate on it with "
+      "and without --host-memory-budget, print peak RssAnon against device peak + budget + "
+      "512 MiB, and load GB/s against a raw read; deletes the directory afterwards");
+  ckpt_cmd->add_option("--dir", ckpt->dir, "Where to write the directory")->capture_default_str();
+  ckpt_cmd
+      ->add_option("--tiny-shapes", ckpt->tiny_shapes,
+                   "models/tiny-shapes (its encoder, tokenizer, VAE, scheduler are reused)")
+      ->capture_default_str();
+  ckpt_cmd->add_option("--layers", ckpt->num_layers, "Layers per expert (30: 2.8 GB in bf16)")
+      ->capture_default_str();
+  ckpt_cmd->add_option("--host-memory-budget", ckpt->host_memory_budget, "The budget measured")
+      ->capture_default_str();
+  ckpt_cmd->add_option("--pinned-staging", ckpt->pinned_staging, "Its staging ring")
+      ->capture_default_str();
+  ckpt_cmd->add_flag("--keep", ckpt->keep, "Keep the directory");
+  ckpt_cmd->add_flag("--reuse", ckpt->reuse, "Use the directory a --keep run left");
+  ckpt_cmd->add_option("--json", ckpt->json_path, "Write the figures as JSON");
+  ckpt_cmd->callback([ckpt] {
+    std::exit(run_guarded([&] {
+      ckpt->validate();
+      const auto result = bench::run_checkpoint_bench(*ckpt, std::cerr);
+      std::cout << result.to_table();
+      return result.pass() ? 0 : 1;
+    }));
+  });
 }
 
 void add_soak_command(CLI::App& bench_cmd) {
@@ -127,8 +180,9 @@ void add_bench_command(CLI::App& app) {
     std::exit(run_guarded([&] { return bench_offload(*config, *strategies); }));
   });
   add_soak_command(*bench_cmd);
+  add_checkpoint_commands(*bench_cmd);
 #else
-  for (const char* name : {"offload", "soak"}) {
+  for (const char* name : {"offload", "soak", "load", "checkpoint"}) {
     auto* cmd = bench_cmd->add_subcommand(name, std::string("The ") + name + " benchmark");
     cmd->allow_extras();
     cmd->callback([] {

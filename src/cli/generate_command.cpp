@@ -57,7 +57,7 @@ struct GenerateOptions {
   std::string output = "out.png";
   bool offload = false;
   std::string device = "auto";
-  std::string dtype = "float32";
+  std::string dtype = "auto";
   std::string sim_memory = "64GiB";
   OffloadFlags offload_flags;
   std::string prompt_cache = "256MiB";
@@ -196,7 +196,10 @@ void add_generate_command(CLI::App& app) {
                 "Model-level offload: only the running component group stays on the device");
   cmd->add_option("--device", options->device, "auto | cpu | sim | cuda[:N]")
       ->capture_default_str();
-  cmd->add_option("--dtype", options->dtype, "float32 | bfloat16 | float16")->capture_default_str();
+  cmd->add_option("--dtype", options->dtype,
+                  "auto (each component's stored dtype) | float32 | bfloat16 | float16, or per "
+                  "component: transformer=bfloat16,vae=float32")
+      ->capture_default_str();
   cmd->add_option("--sim-memory", options->sim_memory, "Capacity of the sim device (e.g. 2GiB)")
       ->capture_default_str();
   options->offload_flags.add_to(*cmd);

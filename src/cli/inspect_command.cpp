@@ -17,6 +17,9 @@ namespace {
 struct InspectOptions {
   std::string model;
   std::string json;
+  std::string dtype = "auto";
+  std::string host_memory_budget;
+  std::string pinned_staging = "512MiB";
 };
 
 // 14288491584 → "14,288,491,584".
@@ -68,42 +71,44 @@ std::string to_table(const ModelPlan& plan) {
                        : ", from model_index.json, config.json and safetensors headers only")
       << "\n";
   std::vector<std::vector<std::string>> rows = {
-      {"component", "class", "role", "tensors", "parameters", "bytes", "dtypes"}};
+      {"component", "class", "role", "tensors", "parameters", "bytes", "dtypes", "loads as"}};
   std::uint64_t tensors = 0;
   for (const auto& c : plan.components) {
     if (!c.role) {
-      rows.push_back({c.name, c.class_name, "-", "-", "-", "-", "no weights"});
+      rows.push_back({c.name, c.class_name, "-", "-", "-", "-", "no weights", "-"});
       continue;
     }
     tensors += c.tensors;
-    rows.push_back({c.name, c.class_name, std::string(offload::to_string(*c.role)),
-                    with_commas(c.tensors), with_commas(c.parameters), bytes_cell(c.bytes),
-                    dtype_cell(c.by_dtype)});
+    rows.push_back(
+        {c.name, c.class_name, std::string(offload::to_string(*c.role)), with_commas(c.tensors),
+         with_commas(c.parameters), bytes_cell(c.bytes), dtype_cell(c.by_dtype),
+         std::string(io::to_string(*c.load_dtype)) + " " + device::format_bytes(c.load_bytes)});
   }
   rows.push_back({"total", "", "", with_commas(tensors), with_commas(plan.parameters),
-                  bytes_cell(plan.bytes), dtype_cell(plan.by_dtype)});
-  out << format_table(rows, {false, false, false, true, true, true, false});
+                  bytes_cell(plan.bytes), dtype_cell(plan.by_dtype),
+                  device::format_bytes(plan.load_bytes)});
+  out << format_table(rows, {false, false, false, true, true, true, false, false});
 
   std::uint64_t encoders = 0, largest_dit = 0, largest_split = 0, statics = 0;
   for (const auto& c : plan.components) {
     if (!c.role) continue;
     switch (*c.role) {
       case offload::Role::encoder:
-        encoders += c.bytes;
+        encoders += c.load_bytes;
         break;
       case offload::Role::dit:
-        largest_dit = std::max(largest_dit, c.bytes);
+        largest_dit = std::max(largest_dit, c.load_bytes);
         break;
       case offload::Role::split:
-        largest_split = std::max(largest_split, c.bytes);
+        largest_split = std::max(largest_split, c.load_bytes);
         break;
       case offload::Role::vae:
       case offload::Role::resident:
-        statics += c.bytes;
+        statics += c.load_bytes;
         break;
     }
   }
-  out << "planned peak resident weights\n"
+  out << "planned peak resident weights (loaded with --dtype " << plan.dtype << ")\n"
       << "  with model-level offload  " << bytes_cell(plan.planned_peak_with_offload_bytes)
       << "  = max(encoders " << device::format_bytes(encoders) << ", largest DiT "
       << device::format_bytes(largest_dit);
@@ -111,13 +116,19 @@ std::string to_table(const ModelPlan& plan) {
   out << ") + VAE and resident " << device::format_bytes(statics) << "\n"
       << "  without offload           " << bytes_cell(plan.planned_peak_without_offload_bytes)
       << "\n";
+  out << plan.host_plan.to_table();
   for (const auto& c : plan.components)
     if (!c.note.empty()) out << "note: " << c.name << ": " << c.note << "\n";
   return out.str();
 }
 
 int inspect(const InspectOptions& o) {
-  const auto plan = inspect_model(o.model);
+  omni::InspectOptions options;
+  options.dtype = pipelines::DtypeSpec::parse(o.dtype);
+  if (!o.host_memory_budget.empty())
+    options.host_memory_budget_bytes = device::parse_byte_size(o.host_memory_budget);
+  options.pinned_staging_bytes = device::parse_byte_size(o.pinned_staging);
+  const auto plan = inspect_model(o.model, options);
   if (o.json == "-") {
     std::cout << plan.to_json().dump(2) << "\n";
     return 0;
@@ -143,6 +154,16 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("model", options->model,
                   "Model: a diffusers directory (model_index.json) or example:wan-shaped")
       ->required();
+  cmd->add_option("--dtype", options->dtype,
+                  "Plan loading in: auto (each component's stored dtype), float32, bfloat16, "
+                  "float16, or per component (transformer=bfloat16,vae=float32)")
+      ->capture_default_str();
+  cmd->add_option("--host-memory-budget", options->host_memory_budget,
+                  "Plan host memory for weights under BYTES (e.g. 16GiB): components that do "
+                  "not fit keep their home in the mapped checkpoint");
+  cmd->add_option("--pinned-staging", options->pinned_staging,
+                  "Pinned staging ring for mapped homes (taken from the budget)")
+      ->capture_default_str();
   cmd->add_option("--json", options->json,
                   "Also write the plan as JSON to PATH ('-': stdout only)");
   cmd->callback([options] { std::exit(run_guarded([&] { return inspect(*options); })); });

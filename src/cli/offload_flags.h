@@ -1,6 +1,6 @@
 // The offload flags that `omni generate` and `omni serve` share: streaming,
-// the device memory budget and reserve, the sim link (Note [Streaming
-// model-level offload], Note [Residency policies], Note [The sim link]).
+// the device memory budget and reserve, host memory, the sim link (Note
+// [Streaming model-level offload], Note [Residency policies], Note [The sim link]).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,6 +20,9 @@ struct OffloadFlags {
   std::string mode;  // --offload: "" or "auto"
   std::size_t prefetch_blocks = 1;
   double sim_link_gbps = 0;
+  std::string host_memory_budget;
+  std::string pinned_staging = "512MiB";
+  std::string vae_tiling = "on";
 
   void add_to(CLI::App& cmd) {
     cmd.add_option("--offload-streaming", streaming,
@@ -53,6 +56,18 @@ struct OffloadFlags {
                    "timings are simulated")
         ->check(CLI::Range(0.0, 1e6))
         ->capture_default_str();
+    cmd.add_option("--host-memory-budget", host_memory_budget,
+                   "With --enable-cpu-offload: host memory for weights (e.g. 16GiB); components "
+                   "whose pinned homes do not fit keep them in the mapped checkpoint and upload "
+                   "through the pinned staging ring (omni inspect shows the plan)");
+    cmd.add_option("--pinned-staging", pinned_staging,
+                   "Pinned staging ring for mapped homes, part of the budget (two buffers)")
+        ->capture_default_str();
+    cmd.add_option("--vae-tiling", vae_tiling,
+                   "on: the VAE decodes frames larger than 256x256 in overlapping, blended "
+                   "tiles (bounded workspace, as diffusers' enable_tiling); off: in one piece")
+        ->check(CLI::IsMember({"on", "off"}))
+        ->capture_default_str();
   }
   // ConfigError for a malformed size.
   void apply(EngineArgs& args) const {
@@ -65,6 +80,10 @@ struct OffloadFlags {
     if (!reserve_memory.empty())
       args.offload.reserve_bytes = device::parse_byte_size(reserve_memory);
     args.sim_link_gbps = sim_link_gbps;
+    if (!host_memory_budget.empty())
+      args.host_memory_budget_bytes = device::parse_byte_size(host_memory_budget);
+    args.pinned_staging_bytes = device::parse_byte_size(pinned_staging);
+    args.vae_tiling = vae_tiling == "on";
   }
 };
 

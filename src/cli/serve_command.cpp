@@ -28,7 +28,7 @@ struct ServeOptions {
   bool offload = false;
   bool omni_flag = false;  // vllm-omni's `--omni`: accepted, no effect
   std::string device = "auto";
-  std::string dtype = "float32";
+  std::string dtype = "auto";
   std::string sim_memory = "64GiB";
   OffloadFlags offload_flags;
   std::string max_body = "1MiB";
@@ -161,7 +161,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--port", o->server.port, "Port (0: pick a free one and print it)")
       ->capture_default_str();
   cmd->add_option("--device", o->device, "auto | cpu | sim | cuda[:N]")->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "float32 | bfloat16 | float16")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype,
+                  "auto (each component's stored dtype) | float32 | bfloat16 | float16, or per "
+                  "component: transformer=bfloat16,vae=float32")
+      ->capture_default_str();
   cmd->add_option("--sim-memory", o->sim_memory, "Capacity of the sim device (e.g. 2GiB)")
       ->capture_default_str();
   o->offload_flags.add_to(*cmd);

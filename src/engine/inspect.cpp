@@ -6,6 +6,7 @@
 
 #include "omni/error.h"
 #include "omni/io/checkpoint.h"
+#include "omni/io/hub_cache.h"
 #include "omni/io/json_config.h"
 #include "omni/models/unified/omni_unified_transformer.h"
 #include "omni/models/wan/autoencoder_kl_wan.h"
@@ -244,22 +245,57 @@ std::vector<ComponentPlan> split_unified_transformer(
   return rows;
 }
 
-void finish(ModelPlan& plan) {
+// Note [Dtype from the checkpoint] (dtype_spec.h), by the arithmetic of the
+// header: the chosen dtype, else the floating-point dtype with most bytes.
+void plan_load_dtype(ComponentPlan& c, const pipelines::DtypeSpec& spec) {
+  if (!c.role) return;
+  std::optional<io::DType> stored;
+  for (const auto& [dtype, d] : c.by_dtype) {
+    if (!c10::isFloatingType(io::to_scalar_type(dtype))) continue;
+    if (!stored || d.bytes > c.by_dtype.at(*stored).bytes ||
+        (d.bytes == c.by_dtype.at(*stored).bytes &&
+         io::element_size(dtype) > io::element_size(*stored)))
+      stored = dtype;
+  }
+  // A split row ("transformer.reasoner") takes its folder's choice.
+  const auto chosen =
+      spec.for_component(c.name.substr(0, c.name.find('.')), *c.role == offload::Role::vae);
+  c.load_dtype = chosen ? io::from_scalar_type(*chosen) : stored.value_or(io::DType::F32);
+  if (!chosen || (stored && *stored == *c.load_dtype && c.by_dtype.size() == 1)) {
+    c.load_bytes = c.bytes;
+    return;
+  }
+  c.load_bytes = 0;
+  for (const auto& [dtype, d] : c.by_dtype)
+    c.load_bytes += c10::isFloatingType(io::to_scalar_type(dtype))
+                        ? d.parameters * io::element_size(*c.load_dtype)
+                        : d.bytes;
+}
+
+void finish(ModelPlan& plan, const pipelines::DtypeSpec& spec) {
+  std::vector<std::string> weighted;
+  for (const auto& c : plan.components)
+    if (c.role) weighted.push_back(c.name.substr(0, c.name.find('.')));
+  weighted.erase(std::unique(weighted.begin(), weighted.end()), weighted.end());
+  spec.check_components(weighted, plan.model);
+  plan.dtype = spec.to_string();
   std::vector<std::pair<Role, std::uint64_t>> sizes;
-  for (const auto& c : plan.components) {
+  for (auto& c : plan.components) {
+    plan_load_dtype(c, spec);
+    plan.load_bytes += c.load_bytes;
     plan.parameters += c.parameters;
     plan.bytes += c.bytes;
     for (const auto& [dtype, d] : c.by_dtype) {
       plan.by_dtype[dtype].parameters += d.parameters;
       plan.by_dtype[dtype].bytes += d.bytes;
     }
-    if (c.role) sizes.emplace_back(*c.role, c.bytes);
+    if (c.role) sizes.emplace_back(*c.role, c.load_bytes);
   }
   plan.planned_peak_with_offload_bytes = offload::planned_model_level_peak(sizes);
-  plan.planned_peak_without_offload_bytes = plan.bytes;
+  plan.planned_peak_without_offload_bytes = plan.load_bytes;
 }
 
-ModelPlan inspect_directory(const std::string& model) {
+ModelPlan inspect_directory(const std::string& model, const pipelines::DtypeSpec& dtype) {
   const fs::path dir(model);
   const auto index_path = dir / "model_index.json";
   OMNI_CHECK(fs::exists(index_path), FormatError, model,
@@ -303,7 +339,7 @@ ModelPlan inspect_directory(const std::string& model) {
     }
     plan.components.push_back(std::move(c));
   }
-  finish(plan);
+  finish(plan, dtype);
   return plan;
 }
 
@@ -314,8 +350,8 @@ std::string short_class_name(const std::string& name) {
   return s;
 }
 
-ModelPlan inspect_builtin(const std::string& model) {
-  const auto pipeline = pipelines::load_pipeline(model);
+ModelPlan inspect_builtin(const std::string& model, const pipelines::DtypeSpec& dtype) {
+  const auto pipeline = pipelines::load_pipeline(model, {.dtype = dtype});
   const auto resolved = offload::resolve_components(*pipeline, pipeline->components(),
                                                     /*require_exclusion_groups=*/false);
   ModelPlan plan;
@@ -342,7 +378,7 @@ ModelPlan inspect_builtin(const std::string& model) {
   };
   std::stable_sort(plan.components.begin(), plan.components.end(),
                    [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
-  finish(plan);
+  finish(plan, dtype);
   return plan;
 }
 
@@ -354,6 +390,15 @@ nlohmann::json dtype_json(const std::map<io::DType, DTypeBytes>& by_dtype) {
 }
 
 }  // namespace
+
+offload::HostMemoryPlan plan_host_memory(const ModelPlan& plan,
+                                         std::optional<std::uint64_t> budget_bytes,
+                                         std::uint64_t staging_bytes) {
+  std::vector<offload::HostMemoryPlan::Component> components;
+  for (const auto& c : plan.components)
+    if (c.role) components.push_back({c.name, *c.role, c.load_bytes, offload::HomeKind::pinned});
+  return offload::HostMemoryPlan::make(components, budget_bytes, staging_bytes);
+}
 
 const ComponentPlan* ModelPlan::component(std::string_view name) const {
   for (const auto& c : components)
@@ -369,8 +414,11 @@ nlohmann::json ModelPlan::to_json() const {
   j["parameters"] = parameters;
   j["bytes"] = bytes;
   j["by_dtype"] = dtype_json(by_dtype);
+  j["dtype"] = dtype;
+  j["load_bytes"] = load_bytes;
   j["planned_peak_with_offload_bytes"] = planned_peak_with_offload_bytes;
   j["planned_peak_without_offload_bytes"] = planned_peak_without_offload_bytes;
+  j["host_plan"] = host_plan.to_json();
   j["components"] = nlohmann::json::array();
   for (const auto& c : components) {
     nlohmann::json e;
@@ -381,6 +429,9 @@ nlohmann::json ModelPlan::to_json() const {
     e["parameters"] = c.parameters;
     e["bytes"] = c.bytes;
     e["by_dtype"] = dtype_json(c.by_dtype);
+    e["load_dtype"] =
+        c.load_dtype ? nlohmann::json(std::string(io::to_string(*c.load_dtype))) : nullptr;
+    e["load_bytes"] = c.load_bytes;
     e["files"] = nlohmann::json::array();
     for (const auto& f : c.files) e["files"].push_back(f.string());
     e["config_parameters"] = c.config_parameters ? nlohmann::json(*c.config_parameters) : nullptr;
@@ -390,7 +441,8 @@ nlohmann::json ModelPlan::to_json() const {
   return j;
 }
 
-ModelPlan inspect_model(const std::string& model) {
+ModelPlan inspect_model(const std::string& model, const InspectOptions& options) {
+  const auto& dtype = options.dtype;
   OMNI_CHECK(!model.empty(), ConfigError, "model must not be empty");
   if (model.starts_with("example:")) {
     const auto builtins = pipelines::builtin_models();
@@ -398,12 +450,17 @@ ModelPlan inspect_model(const std::string& model) {
     for (const auto& b : builtins) known += (known.empty() ? "" : ", ") + b;
     OMNI_CHECK(std::find(builtins.begin(), builtins.end(), model) != builtins.end(), ConfigError,
                "unknown built-in model '", model, "'; built-ins: ", known);
-    return inspect_builtin(model);
+    auto plan = inspect_builtin(model, dtype);
+    plan.host_plan =
+        plan_host_memory(plan, options.host_memory_budget_bytes, options.pinned_staging_bytes);
+    return plan;
   }
   return detail::with_typed_filesystem_errors([&] {
-    OMNI_CHECK(fs::is_directory(model), ConfigError, "model '", model,
-               "' is neither a built-in (example:wan-shaped) nor a directory");
-    return inspect_directory(model);
+    auto plan = inspect_directory(io::resolve_model_dir(model).string(), dtype);
+    plan.model = model;  // as given: a hub id stays one
+    plan.host_plan =
+        plan_host_memory(plan, options.host_memory_budget_bytes, options.pinned_staging_bytes);
+    return plan;
   });
 }
 

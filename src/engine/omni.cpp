@@ -1,27 +1,31 @@
 #include "omni/omni.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <iostream>
 #include <optional>
 #include <utility>
 
+#include "omni/engine/inspect.h"
 #include "omni/error.h"
 #include "omni/io/image_writer.h"
+#include "omni/offload/staging_ring.h"
 
 namespace omni {
-
-torch::ScalarType parse_dtype(const std::string& name) {
-  if (name == "float32" || name == "fp32") return torch::kFloat32;
-  if (name == "bfloat16" || name == "bf16") return torch::kBFloat16;
-  if (name == "float16" || name == "fp16") return torch::kFloat16;
-  throw ConfigError("unknown dtype '" + name + "': expected float32, bfloat16 or float16");
-}
 
 void EngineArgs::validate() const {
   OMNI_CHECK(!model.empty(), ConfigError, "model must not be empty");
   (void)device::DeviceSpec::parse(device);
-  (void)parse_dtype(dtype);
+  (void)pipelines::DtypeSpec::parse(dtype);
   OMNI_CHECK(sim_memory_bytes > 0, ConfigError, "sim memory must be positive");
+  OMNI_CHECK(pinned_staging_bytes >= 2 * 4096, ConfigError,
+             "pinned staging must be at least 8 KiB (two buffers of a page)");
+  OMNI_CHECK(!host_memory_budget_bytes || *host_memory_budget_bytes >= pinned_staging_bytes,
+             ConfigError, "host memory budget ",
+             device::format_bytes(host_memory_budget_bytes.value_or(0)),
+             " cannot hold the pinned staging ring (", device::format_bytes(pinned_staging_bytes),
+             "); raise --host-memory-budget or lower --pinned-staging");
   OMNI_CHECK(offload.max_pin_chunk_bytes >= 4096, ConfigError,
              "max pin chunk must be at least 4 KiB");
   OMNI_CHECK(sim_link_gbps >= 0 && sim_link_gbps < 1e6, ConfigError,
@@ -38,6 +42,18 @@ offload::PolicyKind EngineArgs::offload_policy() const {
   if (offload.device_memory_budget) return offload::PolicyKind::budget;
   return enable_cpu_offload ? offload::PolicyKind::model_level : offload::PolicyKind::all_resident;
 }
+
+namespace {
+// Loading constructs each component (its tensors freshly allocated) and then
+// points them at the mapped file or the homes (Note [Weights that alias the
+// file]); glibc keeps much of what that freed. Hand it back, so that the
+// process's anonymous memory is what the homes and the device hold.
+void release_freed_host_memory() {
+#if defined(__GLIBC__)
+  ::malloc_trim(0);
+#endif
+}
+}  // namespace
 
 nlohmann::json GenerateResult::report_json() const {
   auto json = report.to_json();
@@ -62,13 +78,39 @@ Omni::Omni(EngineArgs args) : args_(std::move(args)), prompt_cache_(args_.prompt
   const bool offload = args_.offload_auto || policy != offload::PolicyKind::all_resident;
   device_ = device::make_device(device::DeviceSpec::parse(args_.device), offload, options);
   pipelines::LoadOptions load;
-  load.dtype = parse_dtype(args_.dtype);
+  load.dtype = pipelines::DtypeSpec::parse(args_.dtype);
+  load.vae_tiling = args_.vae_tiling;
+  auto offload_options = args_.offload;
+  if (offload && args_.host_memory_budget_bytes && device_->supports_offload()) {
+    // Plan, then load (Note [Mapped homes]): from the headers only.
+    InspectOptions inspect_options;
+    inspect_options.dtype = load.dtype;
+    const auto model_plan = inspect_model(args_.model, inspect_options);
+    host_plan_ =
+        plan_host_memory(model_plan, args_.host_memory_budget_bytes, args_.pinned_staging_bytes);
+    auto plan = std::make_shared<const offload::HostMemoryPlan>(*host_plan_);
+    std::shared_ptr<offload::StagingRing> ring;
+    if (plan->maps_any())
+      ring = std::make_shared<offload::StagingRing>(*device_, args_.pinned_staging_bytes);
+    offload_options.mapped_homes = {plan, ring};
+  }
   pipeline_ = pipelines::load_pipeline(args_.model, load);
-  if (args_.offload_auto && device_->supports_offload()) policy = choose_policy();
+  if (args_.offload_auto && device_->supports_offload()) {
+    policy = choose_policy();
+    offload_options.device_memory_budget = args_.offload.device_memory_budget;
+  }
   if (offload || device_->supports_offload())
     backend_ = std::make_unique<offload::OffloadBackend>(*device_, offload::make_policy(policy),
-                                                         args_.offload);
+                                                         offload_options);
   if (backend_) backend_->enable(*pipeline_, pipeline_->components());
+  release_freed_host_memory();
+}
+
+void Omni::add_host_plan(offload::OffloadReport& report) const {
+  if (!host_plan_) return;
+  report.host_plan = *host_plan_;
+  report.mapped_host_bytes = host_plan_->mapped_bytes();
+  report.staging_host_bytes = host_plan_->maps_any() ? host_plan_->staging_bytes : 0;
 }
 
 // Note [Choosing an offload mode]: the sizes of the loaded components, the
@@ -164,6 +206,7 @@ void Omni::run_resolved(std::vector<GenerateResult>& results,
   offload::OffloadReport report;
   if (backend_) {
     report = backend_->end_request();
+    add_host_plan(report);
   } else {
     report.device = device_->name();
     report.strategy = "none";
@@ -265,7 +308,11 @@ std::vector<BatchOutcome> Omni::generate_batch(const std::vector<GenerationReque
 }
 
 offload::OffloadReport Omni::offload_report() {
-  if (backend_) return backend_->report();
+  if (backend_) {
+    auto r = backend_->report();
+    add_host_plan(r);
+    return r;
+  }
   offload::OffloadReport r;
   r.device = device_->name();
   r.strategy = "none";

@@ -101,6 +101,29 @@ std::uint64_t Checkpoint::total_bytes() const {
   return n;
 }
 
+std::optional<torch::ScalarType> Checkpoint::stored_dtype() const {
+  std::map<torch::ScalarType, std::uint64_t> bytes;
+  for (const auto& [name, e] : index_) {
+    const auto type = to_scalar_type(e.info->dtype);
+    if (c10::isFloatingType(type)) bytes[type] += e.info->nbytes();
+  }
+  std::optional<torch::ScalarType> best;
+  for (const auto& [type, n] : bytes)
+    if (!best || n > bytes[*best] ||
+        (n == bytes[*best] && c10::elementSize(type) > c10::elementSize(*best)))
+      best = type;
+  return best;
+}
+
+// Note [Weights that alias the file]
+// A checkpoint is mapped read-only; its pages are the page cache's, which
+// the kernel may drop and read again, and count in no process's anonymous
+// memory. A component loaded with alias_mapping keeps every tensor whose
+// dtype is the stored one as a view of those pages: loading allocates
+// nothing for it (the freshly constructed tensor is released) and an
+// offload home is made by one copy from the file (offload/host_home.h), or
+// is the file itself when a host memory budget maps it (Note [Mapped
+// homes]). Tensors converted to another dtype are copied as before.
 std::vector<std::pair<std::string, torch::Tensor>> named_state(
     const torch::nn::Module& module, const std::vector<std::string>& skip_buffers) {
   std::vector<std::pair<std::string, torch::Tensor>> out;
@@ -153,6 +176,11 @@ void load_state_dict(torch::nn::Module& module, const Checkpoint& checkpoint,
   torch::NoGradGuard no_grad;
   for (auto& [name, tensor] : plan) {
     const auto source = checkpoint.view(name);
+    if (options.alias_mapping && tensor->device().is_cpu() &&
+        source.scalar_type() == tensor->scalar_type()) {
+      tensor->set_data(source);  // Note [Weights that alias the file]
+      continue;
+    }
     if (options.copy)
       options.copy(name, *tensor, source);
     else

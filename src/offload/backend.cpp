@@ -538,7 +538,8 @@ void OffloadBackend::adopt(const std::vector<ResolvedComponent>& resolved) {
   // at its offloaded view as soon as its home holds the data, which releases
   // the original: host memory peaks at the weights plus one tensor, not twice
   // the weights. rollback() restores from the homes.
-  HostHomeOptions home_options{options_.pin_memory, options_.max_pin_chunk_bytes};
+  HostHomeOptions home_options{options_.pin_memory, options_.max_pin_chunk_bytes,
+                               options_.mapped_homes};
   auto point_at_home = [this](TensorSlot& slot) {
     rebind(slot.live, device_.offloaded_view(slot.home));
   };

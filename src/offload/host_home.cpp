@@ -3,15 +3,20 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <iostream>
 #include <set>
+#include <thread>
+#include <tuple>
 
 #include "omni/error.h"
 
 namespace omni::offload {
 
 namespace {
+constexpr std::size_t kMaxCopyThreads = 8;  // a memory bus saturates before this
 std::size_t align_up(std::size_t n, std::size_t a) {
   return (n + a - 1) / a * a;
 }
@@ -141,19 +146,73 @@ std::unique_ptr<HostHome> HostHome::build(const std::string& component, torch::n
     home->slots_.push_back(std::move(slot));
   }
   if (!home->groups_.empty()) home->groups_.back().end = offset;
+  const auto& plan = options.mapped.plan;
+  if (plan && plan->kind_of(component) == HomeKind::mapped) {
+    OMNI_CHECK(options.mapped.staging != nullptr, ConfigError, component,
+               ": a mapped home needs a pinned staging ring");
+    home->kind_ = HomeKind::mapped;
+    home->staging_ = options.mapped.staging;
+    home->region_ = std::make_shared<HostRegion>(0, device, options.max_pin_chunk_bytes,
+                                                 /*pin=*/false, pin_refused);
+    for (auto& slot : home->slots_) {
+      // Note [Mapped homes]: the tensor as loaded is the home; a copy only
+      // for one that is not a contiguous host tensor.
+      const auto& src = slot.live;
+      // detach(): a handle of its own, which rebinding `live` leaves alone.
+      slot.home =
+          (src.device().is_cpu() ? src.contiguous() : src.to(torch::kCPU).contiguous()).detach();
+      if (on_copied) on_copied(slot);
+    }
+    return home;
+  }
   home->region_ = std::make_shared<HostRegion>(offset, device, options.max_pin_chunk_bytes,
                                                options.pin_memory, pin_refused);
   auto region = home->region_;
-  for (auto& slot : home->slots_) {
-    const auto& src = slot.live;
-    {
-      auto host = src.device().is_cpu() ? src.contiguous() : src.to(torch::kCPU).contiguous();
-      if (slot.bytes) std::memcpy(region->data() + slot.offset, host.data_ptr(), slot.bytes);
+  // Batches of about kCopyBatchBytes, each copied by a few threads; the
+  // originals of a batch are released (on_copied) before the next begins.
+  constexpr std::size_t kCopyBatchBytes = 256ull << 20;
+  const std::size_t threads =
+      std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, kMaxCopyThreads);
+  for (std::size_t first = 0; first < home->slots_.size();) {
+    std::size_t last = first, batch_bytes = 0;
+    while (last < home->slots_.size() && (last == first || batch_bytes < kCopyBatchBytes))
+      batch_bytes += home->slots_[last++].bytes;
+    std::vector<torch::Tensor> sources(last - first);
+    for (std::size_t i = first; i < last; ++i) {
+      const auto& src = home->slots_[i].live;
+      sources[i - first] =
+          src.device().is_cpu() ? src.contiguous() : src.to(torch::kCPU).contiguous();
     }
-    slot.home = torch::from_blob(
-        region->data() + slot.offset, src.sizes(), [region](void*) {},
-        torch::TensorOptions().dtype(src.scalar_type()));
-    if (on_copied) on_copied(slot);
+    // Whole slots split among threads by bytes; big tensors split too.
+    std::vector<std::tuple<std::byte*, const std::byte*, std::size_t>> pieces;
+    for (std::size_t i = first; i < last; ++i) {
+      const auto& slot = home->slots_[i];
+      const auto* from = static_cast<const std::byte*>(sources[i - first].data_ptr());
+      constexpr std::size_t kPiece = 16ull << 20;
+      for (std::size_t done = 0; done < slot.bytes; done += kPiece)
+        pieces.emplace_back(region->data() + slot.offset + done, from + done,
+                            std::min(kPiece, slot.bytes - done));
+    }
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+      for (std::size_t k; (k = next.fetch_add(1)) < pieces.size();) {
+        const auto& [to, from, n] = pieces[k];
+        std::memcpy(to, from, n);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < std::min(threads, pieces.size()); ++t) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+    sources.clear();
+    for (std::size_t i = first; i < last; ++i) {
+      auto& slot = home->slots_[i];
+      slot.home = torch::from_blob(
+          region->data() + slot.offset, slot.live.sizes(), [region](void*) {},
+          torch::TensorOptions().dtype(slot.live.scalar_type()));
+      if (on_copied) on_copied(slot);
+    }
+    first = last;
   }
   return home;
 }

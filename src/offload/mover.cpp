@@ -4,6 +4,7 @@
 
 #include "offload/rebind.h"
 #include "omni/error.h"
+#include "omni/offload/staging_ring.h"
 
 namespace omni::offload {
 
@@ -53,6 +54,18 @@ ResidentGroup Mover::upload(HostHome& home, std::size_t g) {
   const std::size_t size = group.end - group.begin;
   out.buffer = device_.allocate(std::max<std::size_t>(size, 1));
   out.timer = device_.start_transfer_timer();
+  if (auto* ring = home.staging()) {
+    // A mapped home (Note [Mapped homes]): each tensor from the file's
+    // pages through the pinned ring, to the offset a pinned home would use.
+    for (auto index : group.slots) {
+      const auto& slot = home.slots()[index];
+      if (!slot.bytes) continue;
+      out.pinned =
+          ring->upload(out.buffer, slot.offset - group.begin, slot.home.data_ptr(), slot.bytes) &&
+          out.pinned;
+      out.bytes += slot.bytes;
+    }
+  }
   // The tensors' bytes only: alignment padding between them stays behind.
   for (const auto& [begin, end] : payload_runs(home, group)) {
     for (const auto& piece : region.pieces()) {

@@ -50,6 +50,12 @@ std::string OffloadReport::to_table() const {
   out << "  host homes: pinned " << format_bytes(pinned_host_bytes) << ", pageable "
       << format_bytes(pageable_host_bytes) << "; moved h2d " << format_bytes(h2d_bytes) << ", d2h "
       << format_bytes(d2h_bytes) << " in " << transfers.size() << " transfers\n";
+  if (host_plan) {
+    out << "  mapped homes " << format_bytes(mapped_host_bytes) << ", pinned staging ring "
+        << format_bytes(staging_host_bytes) << "\n";
+    std::istringstream plan(host_plan->to_table());
+    for (std::string l; std::getline(plan, l);) out << "  " << l << "\n";
+  }
   return out.str();
 }
 
@@ -64,6 +70,9 @@ nlohmann::json OffloadReport::to_json() const {
   j["planned_peak_without_offload_bytes"] = planned_peak_without_offload_bytes;
   j["pinned_host_bytes"] = pinned_host_bytes;
   j["pageable_host_bytes"] = pageable_host_bytes;
+  j["mapped_host_bytes"] = mapped_host_bytes;
+  j["staging_host_bytes"] = staging_host_bytes;
+  j["host_plan"] = host_plan ? host_plan->to_json() : nlohmann::json(nullptr);
   j["h2d_bytes"] = h2d_bytes;
   j["d2h_bytes"] = d2h_bytes;
   j["device_peak_allocated_bytes"] = device_peak_allocated_bytes;

@@ -59,23 +59,42 @@ fs::path component_file(const fs::path& folder, const std::string& name,
   throw FormatError(detail::concat(folder.string(), ": component '", name, "' has no ", list));
 }
 
-models::wan::WanTransformer3DModel load_wan_transformer(
+torch::ScalarType component_dtype(const DtypeSpec& spec, const std::string& component,
+                                  const io::Checkpoint& checkpoint, bool is_vae) {
+  if (const auto chosen = spec.for_component(component, is_vae)) return *chosen;
+  const auto stored = checkpoint.stored_dtype().value_or(torch::kFloat32);
+  OMNI_CHECK(stored == torch::kFloat32 || stored == torch::kBFloat16 || stored == torch::kFloat16,
+             ConfigError, checkpoint.label(), ": stored in ", dtype_name(stored),
+             ", which omni does not compute in; choose one with --dtype ", component,
+             "=float32|bfloat16|float16");
+  return stored;
+}
+
+LoadedComponent<models::wan::WanTransformer3DModel> load_wan_transformer(
     const fs::path& folder, const std::string& name,
-    const models::wan::WanTransformer3DConfig& config, torch::ScalarType dtype) {
+    const models::wan::WanTransformer3DConfig& config, const DtypeSpec& spec) {
   return for_component(name, [&] {
+    const auto checkpoint = io::Checkpoint::open_dir(folder, "diffusion_pytorch_model");
+    const auto dtype = component_dtype(spec, name, checkpoint);
     auto model = construct_in<models::wan::WanTransformer3DModel>(dtype, config);
     model->to_inference_dtype(dtype);  // before loading: no float32 copy of the weights
-    model->load_weights(io::Checkpoint::open_dir(folder, "diffusion_pytorch_model"));
-    return model;
+    model->load_weights(checkpoint, {.copy = {}, .alias_mapping = true});
+    return LoadedComponent<models::wan::WanTransformer3DModel>{model, dtype};
   });
 }
 
-models::wan::AutoencoderKLWan load_wan_vae(const fs::path& folder,
-                                           const models::wan::AutoencoderKLWanConfig& config) {
+LoadedComponent<models::wan::AutoencoderKLWan> load_wan_vae(
+    const fs::path& folder, const models::wan::AutoencoderKLWanConfig& config,
+    const LoadOptions& options) {
   return for_component("vae", [&] {
-    models::wan::AutoencoderKLWan model(config);
-    io::load_state_dict(*model, io::Checkpoint::open_dir(folder, "diffusion_pytorch_model"));
-    return model;
+    const auto checkpoint = io::Checkpoint::open_dir(folder, "diffusion_pytorch_model");
+    const auto dtype = component_dtype(options.dtype, "vae", checkpoint, /*is_vae=*/true);
+    auto model = construct_in<models::wan::AutoencoderKLWan>(dtype, config);
+    io::load_state_dict(*model, checkpoint, {}, {.copy = {}, .alias_mapping = true});
+    models::wan::VaeTiling tiling;
+    tiling.enabled = options.vae_tiling;
+    model->set_tiling(tiling);
+    return LoadedComponent<models::wan::AutoencoderKLWan>{model, dtype};
   });
 }
 

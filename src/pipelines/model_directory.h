@@ -102,15 +102,32 @@ Config read_config(const std::filesystem::path& folder, const std::string& name)
       name, [&] { return Config::from_file(component_file(folder, name, {"config.json"})); });
 }
 
-// A WanTransformer3DModel built in `dtype` (Note [Constructing in the
-// inference dtype]) and loaded from `folder`'s diffusion_pytorch_model weights.
-models::wan::WanTransformer3DModel load_wan_transformer(
-    const std::filesystem::path& folder, const std::string& name,
-    const models::wan::WanTransformer3DConfig& config, torch::ScalarType dtype);
+// A component and the dtype it was loaded in.
+template <typename Model>
+struct LoadedComponent {
+  Model model;
+  torch::ScalarType dtype;
+};
 
-// The VAE in float32 (as diffusers' Wan examples load it) from `folder`.
-models::wan::AutoencoderKLWan load_wan_vae(const std::filesystem::path& folder,
-                                           const models::wan::AutoencoderKLWanConfig& config);
+// The dtype `component` loads in: `spec`'s choice, else the checkpoint's
+// stored dtype, float32 when it stores no floating-point tensor (Note [Dtype
+// from the checkpoint], dtype_spec.h).
+torch::ScalarType component_dtype(const DtypeSpec& spec, const std::string& component,
+                                  const io::Checkpoint& checkpoint, bool is_vae = false);
+
+// The WanTransformer3DModel `name` built in its dtype (component_dtype; Note
+// [Constructing in the inference dtype]) and loaded from `folder`'s
+// diffusion_pytorch_model weights.
+LoadedComponent<models::wan::WanTransformer3DModel> load_wan_transformer(
+    const std::filesystem::path& folder, const std::string& name,
+    const models::wan::WanTransformer3DConfig& config, const DtypeSpec& spec);
+
+// The VAE from `folder`, in its dtype (component_dtype: the real Wan VAE is
+// stored in float32, as diffusers' Wan examples load it).
+// Tiled when `options.vae_tiling` (Note [Tiled VAE]).
+LoadedComponent<models::wan::AutoencoderKLWan> load_wan_vae(
+    const std::filesystem::path& folder, const models::wan::AutoencoderKLWanConfig& config,
+    const LoadOptions& options);
 
 // tokenizer/spiece.model of the component folder `folder`; ConfigError when
 // it has more pieces than `vocab_size` embedding rows (`embedder` names them).

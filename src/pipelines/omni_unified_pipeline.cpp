@@ -116,7 +116,7 @@ GenerationOutput OmniUnifiedPipeline::run(const GenerationRequest& r, const RunC
   args.steps = *r.steps;
   args.guidance_scale = *r.guidance_scale;
   const auto result = denoise(prompt_embeds, negative_embeds, latents, args, {}, ctx.progress);
-  const auto z = unnormalize_video_latents(vae->config(), result.latents, torch::kFloat32);
+  const auto z = unnormalize_video_latents(vae->config(), result.latents, vae_dtype_);
   const auto video = postprocess_video(vae->decode(z));
   return {to_uint8_frames(video)[0], *r.fps};
 }

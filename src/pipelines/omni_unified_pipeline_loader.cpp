@@ -18,14 +18,15 @@ using models::unified::OmniUnifiedTransformerConfig;
 
 constexpr const char* kPipeline = "OmniUnifiedPipeline";
 
-OmniUnifiedTransformer load_unified_transformer(const fs::path& folder,
-                                                const OmniUnifiedTransformerConfig& config,
-                                                torch::ScalarType dtype) {
+LoadedComponent<OmniUnifiedTransformer> load_unified_transformer(
+    const fs::path& folder, const OmniUnifiedTransformerConfig& config, const DtypeSpec& spec) {
   return for_component("transformer", [&] {
+    const auto checkpoint = io::Checkpoint::open_dir(folder, "diffusion_pytorch_model");
+    const auto dtype = component_dtype(spec, "transformer", checkpoint);
     auto model = construct_in<OmniUnifiedTransformer>(dtype, config);
     model->to_inference_dtype(dtype);  // before loading: no float32 copy of the weights
-    model->load_weights(io::Checkpoint::open_dir(folder, "diffusion_pytorch_model"));
-    return model;
+    model->load_weights(checkpoint, {.copy = {}, .alias_mapping = true});
+    return LoadedComponent<OmniUnifiedTransformer>{model, dtype};
   });
 }
 
@@ -62,6 +63,9 @@ std::shared_ptr<OmniUnifiedPipeline> OmniUnifiedPipeline::load(const fs::path& d
   const auto vae_dir = component_dir(dir, "vae");
   const auto scheduler_dir = component_dir(dir, "scheduler");
 
+  // Per-component dtypes name components this model has (Note [Dtype from the checkpoint]).
+  options.dtype.check_components({"transformer", "vae"}, source);
+
   // The scheduler first: cheap, and a bad config fails before any weights load.
   const auto scheduler = read_scheduler_config(scheduler_dir, scheduler_entry, source);
   pipe->scheduler_config_ = scheduler.config;
@@ -76,10 +80,12 @@ std::shared_ptr<OmniUnifiedPipeline> OmniUnifiedPipeline::load(const fs::path& d
              ") must equal the VAE's z_dim (", v_config.z_dim, ")");
   pipe->tokenizer_ = load_tokenizer(tokenizer_dir, t_config.vocab_size, source, "reasoner");
 
-  const auto dtype = options.dtype;
-  pipe->transformer_dtype_ = dtype;
-  pipe->transformer = load_unified_transformer(transformer_dir, t_config, dtype);
-  pipe->vae = load_wan_vae(vae_dir, v_config);
+  auto transformer = load_unified_transformer(transformer_dir, t_config, options.dtype);
+  pipe->transformer = transformer.model;
+  pipe->transformer_dtype_ = transformer.dtype;
+  auto vae = load_wan_vae(vae_dir, v_config, options);
+  pipe->vae = vae.model;
+  pipe->vae_dtype_ = vae.dtype;
   pipe->register_module("transformer", pipe->transformer.ptr());
   pipe->register_module("vae", pipe->vae.ptr());
   for (auto& p : pipe->parameters()) p.set_requires_grad(false);

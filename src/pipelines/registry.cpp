@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "omni/error.h"
+#include "omni/io/hub_cache.h"
 #include "omni/io/json_config.h"
 #include "omni/pipelines/omni_unified_pipeline.h"
 #include "omni/pipelines/pipeline.h"
@@ -48,12 +49,15 @@ namespace {
 
 std::shared_ptr<Pipeline> load_pipeline_unchecked(const std::string& model,
                                                   const LoadOptions& options) {
-  if (model == "example:wan-shaped") return make_wan_shaped_example();
+  if (model == "example:wan-shaped") {
+    OMNI_CHECK(options.dtype.is_auto() || options.dtype == DtypeSpec(torch::kFloat32), ConfigError,
+               "example:wan-shaped is built in float32; dtype must be auto or float32, got '",
+               options.dtype.to_string(), "'");
+    return make_wan_shaped_example();
+  }
   OMNI_CHECK(!model.starts_with("example:"), ConfigError, "unknown built-in model '", model,
              "'; built-ins: example:wan-shaped");
-  const fs::path dir(model);
-  OMNI_CHECK(fs::is_directory(dir), ConfigError, "model '", model,
-             "' is neither a built-in (example:wan-shaped) nor a directory");
+  const fs::path dir = io::resolve_model_dir(model);
   const auto index_path = dir / "model_index.json";
   OMNI_CHECK(fs::exists(index_path), FormatError, model,
              ": no model_index.json (expected a diffusers model directory)");

@@ -126,9 +126,13 @@ DenoiseResult WanPipeline::denoise(const torch::Tensor& prompt_embeds,
   const double g2 = args.guidance_scale_2.value_or(args.guidance_scale);
 
   const auto device = latents.device();
-  const auto cond_embeds = prompt_embeds.to(device, transformer_dtype_);
-  const auto uncond_embeds =
-      cfg ? negative_prompt_embeds.to(device, transformer_dtype_) : torch::Tensor();
+  // Each expert sees the embeddings (and latents) in its own dtype.
+  const torch::ScalarType expert_dtype[2] = {transformer_dtype_, transformer_2_dtype_};
+  torch::Tensor cond_embeds[2], uncond_embeds[2];
+  for (int e = 0; e < 2; ++e) {
+    cond_embeds[e] = prompt_embeds.to(device, expert_dtype[e]);
+    if (cfg) uncond_embeds[e] = negative_prompt_embeds.to(device, expert_dtype[e]);
+  }
   latents = latents.to(torch::kFloat32);  // prepare_latents' dtype, whatever the model's
 
   auto scheduler = make_scheduler();
@@ -140,9 +144,10 @@ DenoiseResult WanPipeline::denoise(const torch::Tensor& prompt_embeds,
                              "low-noise step without transformer_2");
         auto& model = step.expert == 0 ? transformer : transformer_2;
         step.guidance_scale = step.expert == 0 ? g1 : g2;
-        const auto model_input = step.latents_in.to(transformer_dtype_);
-        step.noise_pred_cond = model(model_input, step.timestep, cond_embeds);
-        if (cfg) step.noise_pred_uncond = model(model_input, step.timestep, uncond_embeds);
+        const auto model_input = step.latents_in.to(expert_dtype[step.expert]);
+        step.noise_pred_cond = model(model_input, step.timestep, cond_embeds[step.expert]);
+        if (cfg)
+          step.noise_pred_uncond = model(model_input, step.timestep, uncond_embeds[step.expert]);
       },
       observer, progress, args.first_step);
 }

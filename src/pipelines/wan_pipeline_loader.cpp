@@ -32,13 +32,16 @@ void umt5_to_inference_dtype(UMT5EncoderModel& model, torch::ScalarType dtype) {
   }
 }
 
-UMT5EncoderModel load_text_encoder(const fs::path& folder, const UMT5Config& config,
-                                   torch::ScalarType dtype) {
+LoadedComponent<UMT5EncoderModel> load_text_encoder(const fs::path& folder,
+                                                    const UMT5Config& config,
+                                                    const DtypeSpec& spec) {
   return for_component("text_encoder", [&] {
+    const auto checkpoint = io::Checkpoint::open_dir(folder, "model");
+    const auto dtype = component_dtype(spec, "text_encoder", checkpoint);
     auto model = construct_in<UMT5EncoderModel>(dtype, config);
     umt5_to_inference_dtype(model, dtype);
-    model->load_weights(io::Checkpoint::open_dir(folder, "model"));
-    return model;
+    model->load_weights(checkpoint, {.copy = {}, .alias_mapping = true});
+    return LoadedComponent<UMT5EncoderModel>{model, dtype};
   });
 }
 
@@ -106,6 +109,13 @@ std::shared_ptr<WanPipeline> WanPipeline::load(const fs::path& dir, const LoadOp
   const auto tokenizer_dir =
       tokenizer_entry.present() ? component_dir(dir, "tokenizer") : fs::path();
 
+  // Per-component dtypes name components this model has (Note [Dtype from the checkpoint]).
+  std::vector<std::string> weighted = {"transformer"};
+  if (transformer_2_entry.present()) weighted.push_back("transformer_2");
+  if (text_encoder_entry.present()) weighted.push_back("text_encoder");
+  weighted.push_back("vae");
+  options.dtype.check_components(weighted, source);
+
   // The scheduler first: cheap, and a bad config fails before any weights load.
   const auto scheduler = read_scheduler_config(scheduler_dir, scheduler_entry, source);
   pipe->scheduler_config_ = scheduler.config;
@@ -132,15 +142,24 @@ std::shared_ptr<WanPipeline> WanPipeline::load(const fs::path& dir, const LoadOp
     pipe->tokenizer_ = load_tokenizer(tokenizer_dir, e_config->vocab_size, source, "text encoder");
   }
 
-  const auto dtype = options.dtype;
-  pipe->transformer_dtype_ = dtype;
-  pipe->vae_dtype_ = torch::kFloat32;
-  pipe->transformer = load_wan_transformer(transformer_dir, "transformer", t_config, dtype);
-  if (t2_config)
-    pipe->transformer_2 =
-        load_wan_transformer(transformer_2_dir, "transformer_2", *t2_config, dtype);
-  pipe->vae = load_wan_vae(vae_dir, v_config);
-  if (e_config) pipe->text_encoder = load_text_encoder(text_encoder_dir, *e_config, dtype);
+  const auto& dtypes = options.dtype;
+  auto transformer = load_wan_transformer(transformer_dir, "transformer", t_config, dtypes);
+  pipe->transformer = transformer.model;
+  pipe->transformer_dtype_ = transformer.dtype;
+  pipe->transformer_2_dtype_ = transformer.dtype;
+  if (t2_config) {
+    auto transformer_2 =
+        load_wan_transformer(transformer_2_dir, "transformer_2", *t2_config, dtypes);
+    pipe->transformer_2 = transformer_2.model;
+    pipe->transformer_2_dtype_ = transformer_2.dtype;
+  }
+  auto vae = load_wan_vae(vae_dir, v_config, options);
+  pipe->vae = vae.model;
+  pipe->vae_dtype_ = vae.dtype;
+  if (e_config) {
+    auto text_encoder = load_text_encoder(text_encoder_dir, *e_config, dtypes);
+    pipe->text_encoder = text_encoder.model;
+  }
 
   if (pipe->has_text_encoder()) pipe->register_module("text_encoder", pipe->text_encoder.ptr());
   pipe->register_module("transformer", pipe->transformer.ptr());

@@ -15,6 +15,7 @@
 
 #include "omni/io/image_writer.h"
 #include "omni/io/video_writer.h"
+#include "support/hub_cache.h"
 #include "support/run_process.h"
 #include "support/scratch_dir.h"
 
@@ -171,11 +172,33 @@ TEST_F(Cli, BadInputsFailWithOneLine) {
   expect_one_line_error(with({{"--num-frames", "4"}}), "num_frames");
   expect_one_line_error(with({{"--prompt", ""}}), "prompt");
   expect_one_line_error(with({{"--output", (dir_ / "bad.gif").string()}}), ".gif");
+  expect_one_line_error(with({{"--dtype", "vae=int8"}}), "'int8'");
+  const auto tiny = std::string(OMNI_SOURCE_DIR) + "/models/tiny-shapes";
+  const auto unknown = run_omni({"generate", tiny, "--prompt", "x", "--dtype", "unet=bfloat16"});
+  expect_one_line_error(unknown, "'unet'");
+  EXPECT_EQ(unknown.exit_code, 2);
+  expect_one_line_error(run_omni({"inspect", tiny, "--dtype", "unet=bfloat16"}), "'unet'");
   expect_one_line_error(run_omni({"generate", "example:nope", "--prompt", "x"}), "example:nope");
   expect_one_line_error(run_omni({"generate", (dir_ / "missing").string(), "--prompt", "x"}),
                         "missing");
   EXPECT_FALSE(fs::exists(dir_ / "bad.png"));
   EXPECT_FALSE(fs::exists(dir_ / "bad.gif"));
+}
+
+TEST_F(Cli, AHubIdMissingFromTheCacheExitsThreeNamingWhereItLooked) {
+  omni::testing::ScopedEnv cache("HF_HUB_CACHE", (dir_ / "hub").string());
+  for (const auto& command : {"generate", "inspect"}) {
+    std::vector<std::string> args = {command, "acme/not-downloaded"};
+    if (std::string(command) == "generate") args.insert(args.end(), {"--prompt", "x"});
+    const auto r = run_omni(args);
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    expect_one_line_error(r, "'acme/not-downloaded'");
+    EXPECT_NE(r.err.find((dir_ / "hub" / "models--acme--not-downloaded").string()),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("huggingface-cli download acme/not-downloaded"), std::string::npos)
+        << r.err;
+  }
 }
 
 // The regression: CLI11's parse errors exited 104/106/109, not the documented 2.

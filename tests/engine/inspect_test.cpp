@@ -443,3 +443,34 @@ TEST(Inspect, BuiltInExampleMatchesWhatOffloadPlans) {
 }
 
 }  // namespace
+
+// Note [Mapped homes] on the real configs: without a budget every home is
+// pinned (the weights' whole size); under one, the pinned part stays within
+// it and the rest is the mapped checkpoint.
+TEST_F(InspectA14B, HostMemoryPlanWithAndWithoutABudget) {
+  const auto unbudgeted = omni::inspect_model(dir().string());
+  EXPECT_FALSE(unbudgeted.host_plan.maps_any());
+  EXPECT_EQ(unbudgeted.host_plan.pinned_bytes(), unbudgeted.load_bytes);
+  EXPECT_GT(unbudgeted.host_plan.pinned_bytes(), 68'000'000'000ull) << "both experts + encoder";
+
+  omni::InspectOptions options;
+  options.host_memory_budget_bytes = 32ull << 30;
+  const auto budgeted = omni::inspect_model(dir().string(), options);
+  const auto& plan = budgeted.host_plan;
+  EXPECT_LE(plan.pinned_bytes(), 32ull << 30);
+  EXPECT_EQ(plan.kind_of("transformer"), omni::offload::HomeKind::pinned) << "28.6 GB fit";
+  EXPECT_EQ(plan.kind_of("transformer_2"), omni::offload::HomeKind::mapped);
+  EXPECT_EQ(plan.kind_of("text_encoder"), omni::offload::HomeKind::mapped);
+  EXPECT_EQ(plan.pinned_bytes() - plan.staging_bytes + plan.mapped_bytes(),
+            unbudgeted.host_plan.pinned_bytes());
+
+  // The CLI shows the same plan (and, with OMNI_PRINT_A14B_PLAN, prints it).
+  for (const char* budget : {"", "32GiB", "16GiB"}) {
+    std::vector<std::string> args = {OMNI_BINARY, "inspect", dir().string()};
+    if (*budget) args.insert(args.end(), {"--host-memory-budget", budget});
+    const auto r = omni::testing::run_process(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("host memory for weights"), std::string::npos) << r.out;
+    if (std::getenv("OMNI_PRINT_A14B_PLAN")) std::printf("%s\n", r.out.c_str());
+  }
+}

@@ -99,6 +99,20 @@ inline omni::EngineArgs engine_args(const fs::path& model, bool offload,
   return args;
 }
 
+// A small request for the tiny models: `steps` steps of a `width` × `height`
+// clip of `frames` frames.
+inline omni::GenerationRequest small_request(int steps, int width, int height, int frames,
+                                             std::uint64_t seed = 0) {
+  omni::GenerationRequest r;
+  r.prompt = "a red circle";
+  r.steps = steps;
+  r.width = width;
+  r.height = height;
+  r.num_frames = frames;
+  r.seed = seed;
+  return r;
+}
+
 // Trains a SentencePiece model with T5's special ids (pad 0, eos 1, unk 2, no
 // bos) on a handful of sentences; returns the .model path.
 inline fs::path train_spiece(const fs::path& dir) {
@@ -175,6 +189,10 @@ struct Options {
   bool transformer_2 = true;  // false: a Wan2.1-style single expert (boundary_ratio null)
   bool text_encoder = true;   // false: no text_encoder / tokenizer (embeddings only)
   std::uint64_t seed = 1234;
+  // The dtype the experts and the text encoder are saved in (the VAE stays
+  // float32, as in Wan2.2). bfloat16 experts are saved as diffusers saves
+  // them: the modules the model keeps in float32 stay float32 in the file.
+  torch::ScalarType stored_dtype = torch::kFloat32;
 };
 
 // Writes the pipeline into `dir` and returns it.
@@ -193,6 +211,7 @@ inline fs::path make_pipeline(const fs::path& dir, const Options& options = {}) 
   {
     WanTransformer3DModel t(t_config);
     randomize(*t, options.seed + 1);
+    t->to_inference_dtype(options.stored_dtype);
     write_json(dir / "transformer" / "config.json", t_config_json);
     save_module(*t, dir / "transformer" / "diffusion_pytorch_model.safetensors",
                 omni::models::wan::WanTransformer3DModelImpl::non_persistent_buffers());
@@ -200,6 +219,7 @@ inline fs::path make_pipeline(const fs::path& dir, const Options& options = {}) 
   if (options.transformer_2) {
     WanTransformer3DModel t(t_config);
     randomize(*t, options.seed + 2);
+    t->to_inference_dtype(options.stored_dtype);
     write_json(dir / "transformer_2" / "config.json", t_config_json);
     save_module(*t, dir / "transformer_2" / "diffusion_pytorch_model.safetensors",
                 omni::models::wan::WanTransformer3DModelImpl::non_persistent_buffers());
@@ -217,6 +237,10 @@ inline fs::path make_pipeline(const fs::path& dir, const Options& options = {}) 
     const auto e_json = omni::io::read_json_file(data("umt5_encoder/config.json"));
     UMT5EncoderModel te(UMT5Config::from_json(e_json, "text_encoder"));
     randomize(*te, options.seed + 4);
+    te->to(options.stored_dtype);
+    if (options.stored_dtype != torch::kFloat32)  // as transformers keeps them
+      for (const auto& item : te->named_modules())
+        if (item.key().ends_with(".wo")) item.value()->to(torch::kFloat);
     write_json(dir / "text_encoder" / "config.json", e_json);
     save_sharded(*te, dir / "text_encoder", "model");
     train_spiece(dir / "tokenizer");

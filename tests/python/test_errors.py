@@ -53,8 +53,6 @@ def test_vllm_omni_keywords_the_engine_cannot_honour_are_refused_by_name():
     for keyword in ("boundary_ratio", "flow_shift"):
         with pytest.raises(NotImplementedError, match=keyword):
             omni.Omni(MODEL, **{keyword: 0.5})
-    with pytest.raises(NotImplementedError, match="vae_use_tiling"):
-        omni.Omni(MODEL, vae_use_tiling=True)
     with omni.Omni(MODEL, vae_use_tiling=False) as untiled:  # what the engine does
         assert untiled.generate(PROMPT, num_inference_steps=1, num_frames=1).shape == (1, 64, 64, 3)
 
@@ -64,6 +62,10 @@ def test_configuration_errors():
         omni.Omni(MODEL, device="tpu")
     with pytest.raises(omni.ConfigError, match="int8"):
         omni.Omni(MODEL, dtype="int8")
+    with pytest.raises(omni.ConfigError, match="'unet'"):
+        omni.Omni(MODEL, dtype={"unet": "bfloat16"})
+    with pytest.raises(omni.ConfigError, match="float64"):
+        omni.Omni(MODEL, dtype={"vae": "float64"})
     with pytest.raises(omni.ConfigError, match="byte size"):
         omni.Omni(MODEL, sim_memory="lots")
 

@@ -36,6 +36,8 @@
 
 #include "omni/io/safetensors.h"
 #include "omni/offload/components.h"
+#include "omni/offload/host_memory_plan.h"
+#include "omni/pipelines/dtype_spec.h"
 
 namespace omni {
 
@@ -58,6 +60,12 @@ struct ComponentPlan {
   // What the component's config.json implies for the architectures omni
   // implements (WanTransformer3DModel, UMT5EncoderModel, AutoencoderKLWan).
   std::optional<std::uint64_t> config_parameters;
+  // The dtype the component loads in (Note [Dtype from the checkpoint]) and
+  // its weights' bytes once loaded: the stored bytes when that is the
+  // stored dtype, else every floating-point tensor at the chosen dtype's
+  // size (modules a model keeps in float32 are not counted apart).
+  std::optional<io::DType> load_dtype;
+  std::uint64_t load_bytes = 0;
   // Something a user should know (a count that disagrees with the config, a
   // config omni cannot read); empty when all is well.
   std::string note;
@@ -71,11 +79,15 @@ struct ModelPlan {
   std::uint64_t parameters = 0;
   std::uint64_t bytes = 0;
   std::map<io::DType, DTypeBytes> by_dtype;
-  // Peak resident weight bytes: with model-level offload,
+  std::string dtype = "auto";    // the DtypeSpec planned with
+  std::uint64_t load_bytes = 0;  // every component's load_bytes
+  // Peak resident weight bytes (of load_bytes): with model-level offload,
   // max(sum of encoders, largest DiT, largest split component) + VAEs + resident modules
   // (offload::planned_model_level_peak); without offload, the sum of all.
   std::uint64_t planned_peak_with_offload_bytes = 0;
   std::uint64_t planned_peak_without_offload_bytes = 0;
+  // Which homes are pinned and which mapped (Note [Mapped homes]).
+  offload::HostMemoryPlan host_plan;
 
   const ComponentPlan* component(std::string_view name) const;
   // Every field, bytes as integers; roles and dtypes by name.
@@ -90,6 +102,20 @@ struct ModelPlan {
 // shard, shard outside the folder) or a malformed safetensors header.
 // Synchronous. A directory is inspected without touching global state (any
 // thread); building a built-in seeds LibTorch's global generator.
-ModelPlan inspect_model(const std::string& model);
+struct InspectOptions {
+  // What `--dtype` would load (ConfigError naming a component the model lacks).
+  pipelines::DtypeSpec dtype;
+  // `--host-memory-budget` (nullopt: none) and `--pinned-staging`
+  // (Note [Mapped homes]).
+  std::optional<std::uint64_t> host_memory_budget_bytes;
+  std::uint64_t pinned_staging_bytes = 512ull << 20;
+};
+
+ModelPlan inspect_model(const std::string& model, const InspectOptions& options = {});
+
+// The host memory plan of a model plan's components (by load_bytes).
+offload::HostMemoryPlan plan_host_memory(const ModelPlan& plan,
+                                         std::optional<std::uint64_t> budget_bytes,
+                                         std::uint64_t staging_bytes);
 
 }  // namespace omni

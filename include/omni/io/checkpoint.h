@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ class Checkpoint {
   torch::Tensor view(const std::string& name) const;
   std::string label() const { return label_; }
   std::uint64_t total_bytes() const;
+  // The floating-point dtype that holds most of the bytes (ties: the wider);
+  // nullopt when no tensor is floating point (Note [Dtype from the checkpoint]).
+  std::optional<torch::ScalarType> stored_dtype() const;
 
  private:
   struct Entry {
@@ -61,6 +65,10 @@ struct LoadOptions {
   std::function<void(const std::string& name, torch::Tensor& destination,
                      const torch::Tensor& source)>
       copy;
+  // Note [Weights that alias the file]: a CPU tensor whose dtype is the
+  // stored one becomes a view of the read-only mapping instead of a copy
+  // (`copy` is not called for it). Never write to such a module's weights.
+  bool alias_mapping = false;
 };
 
 // Loads every parameter and persistent buffer of `module` from `checkpoint` by

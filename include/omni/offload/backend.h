@@ -88,6 +88,9 @@ struct OffloadOptions {
   // Layerwise offload: how many blocks upload ahead of the one computing
   // (--prefetch-blocks).
   std::size_t prefetch_blocks = 1;
+  // Components whose homes stay in the mapped checkpoint under a host
+  // memory budget, and their staging ring (Note [Mapped homes]).
+  MappedHomes mapped_homes;
 };
 
 class OffloadBackend : public SplitOffloadHost {

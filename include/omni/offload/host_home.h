@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "omni/device/device.h"
+#include "omni/offload/host_memory_plan.h"
 
 namespace omni::offload {
 
@@ -66,9 +67,19 @@ struct TensorGroup {
   std::vector<std::size_t> slots;
 };
 
+class StagingRing;
+
+// Which homes are mapped, and the ring their uploads go through (Note
+// [Mapped homes]); empty: every home pinned.
+struct MappedHomes {
+  std::shared_ptr<const HostMemoryPlan> plan;
+  std::shared_ptr<StagingRing> staging;
+};
+
 struct HostHomeOptions {
   bool pin_memory = true;
   std::size_t max_pin_chunk_bytes = 256ull << 20;
+  MappedHomes mapped;
 };
 
 class HostHome {
@@ -80,12 +91,19 @@ class HostHome {
   // and host memory never holds a second full copy of the component.
   // `pin_refused` is shared by all homes so the fallback warns once.
   // ConfigError before anything is copied when a tensor is not materialised.
+  // A pinned home is filled by a few threads at once, a batch at a time
+  // (Note [Weights that alias the file]: from the mapped checkpoint, one
+  // copy). A home the plan maps copies nothing: each slot's home is the
+  // tensor as loaded (the file's pages), laid out in the same offsets.
   static std::unique_ptr<HostHome> build(const std::string& component, torch::nn::Module& module,
                                          device::Device& device, const HostHomeOptions& options,
                                          bool* pin_refused,
                                          const std::function<void(TensorSlot&)>& on_copied = {});
 
   const std::string& component() const { return component_; }
+  HomeKind kind() const { return kind_; }
+  // The ring a mapped home uploads through (null for a pinned home).
+  StagingRing* staging() const { return staging_.get(); }
   std::vector<TensorSlot>& slots() { return slots_; }
   const std::vector<TensorSlot>& slots() const { return slots_; }
   const std::vector<TensorGroup>& groups() const { return groups_; }
@@ -95,11 +113,14 @@ class HostHome {
   // Bytes of the tensors of group `g` (its range less alignment padding).
   std::uint64_t payload_bytes(std::size_t g) const;
   std::uint64_t bytes() const { return payload_bytes_; }
+  std::uint64_t mapped_bytes() const { return kind_ == HomeKind::mapped ? payload_bytes_ : 0; }
   std::uint64_t pinned_bytes() const { return region_->pinned_bytes(); }
   std::uint64_t pageable_bytes() const { return region_->size() - region_->pinned_bytes(); }
 
  private:
   std::string component_;
+  HomeKind kind_ = HomeKind::pinned;
+  std::shared_ptr<StagingRing> staging_;
   std::shared_ptr<HostRegion> region_;
   std::vector<TensorSlot> slots_;
   std::vector<TensorGroup> groups_;

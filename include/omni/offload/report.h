@@ -15,10 +15,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "omni/offload/components.h"
+#include "omni/offload/host_memory_plan.h"
 
 namespace omni::offload {
 
@@ -63,6 +65,12 @@ struct OffloadReport {
   std::uint64_t planned_peak_without_offload_bytes = 0;
   std::uint64_t pinned_host_bytes = 0;
   std::uint64_t pageable_host_bytes = 0;
+  // Note [Mapped homes]: bytes of homes left in the mapped checkpoint, the
+  // pinned staging ring they upload through, and the plan (absent when the
+  // engine made none).
+  std::uint64_t mapped_host_bytes = 0;
+  std::uint64_t staging_host_bytes = 0;
+  std::optional<HostMemoryPlan> host_plan;
   std::uint64_t h2d_bytes = 0;
   std::uint64_t d2h_bytes = 0;
   std::uint64_t device_peak_allocated_bytes = 0;  // from the device's own statistics

@@ -68,8 +68,9 @@ class OmniUnifiedPipeline final : public Pipeline, public offload::SupportsModel
   // unknown model_index fields, unsupported classes and components that do
   // not fit together (generator channels vs VAE z_dim, tokenizer pieces vs
   // vocab_size) are ConfigErrors; missing folders, files or tensors,
-  // unexpected or mis-shaped tensors are FormatErrors naming them. Weights
-  // in options.dtype (the VAE stays float32).
+  // unexpected or mis-shaped tensors are FormatErrors naming them. Each
+  // component in options.dtype's choice for it, by default its stored dtype
+  // (Note [Dtype from the checkpoint]).
   static std::shared_ptr<OmniUnifiedPipeline> load(const std::filesystem::path& dir,
                                                    const LoadOptions& options = {});
 
@@ -115,6 +116,7 @@ class OmniUnifiedPipeline final : public Pipeline, public offload::SupportsModel
 
   const WanDefaults& defaults() const { return defaults_; }
   torch::ScalarType transformer_dtype() const { return transformer_dtype_; }
+  torch::ScalarType vae_dtype() const { return vae_dtype_; }
   // The host offload contexts talk to; null while offload is off.
   offload::SplitOffloadHost* offload_host() const { return host_; }
 
@@ -130,6 +132,7 @@ class OmniUnifiedPipeline final : public Pipeline, public offload::SupportsModel
   nlohmann::json scheduler_config_;
   std::string scheduler_source_;
   torch::ScalarType transformer_dtype_ = torch::kFloat32;
+  torch::ScalarType vae_dtype_ = torch::kFloat32;
   offload::SplitOffloadHost* host_ = nullptr;
 };
 

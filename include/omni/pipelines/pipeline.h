@@ -12,6 +12,7 @@
 
 #include "omni/nn/module.h"
 #include "omni/offload/components.h"
+#include "omni/pipelines/dtype_spec.h"
 
 namespace omni::pipelines {
 
@@ -101,7 +102,11 @@ class Pipeline : public nn::Module {
 // one uint8 level; tests/engine/batch_engine_test.cpp measures it).
 
 struct LoadOptions {
-  torch::ScalarType dtype = torch::kFloat32;
+  // Per component; default auto: the stored dtype (Note [Dtype from the checkpoint]).
+  DtypeSpec dtype;
+  // The VAE decodes and encodes in overlapping tiles when a frame is larger
+  // than a tile (Note [Tiled VAE], autoencoder_kl_wan.h).
+  bool vae_tiling = true;
 };
 
 // Loads a model: a built-in "example:NAME" or a diffusers directory whose

@@ -84,9 +84,11 @@ class WanPipeline final : public Pipeline {
   // fit together (channels, text width) or expand_timesteps = true are
   // ConfigErrors; a missing component folder, config or weights file, a
   // truncated file, a missing / unexpected / mis-shaped tensor are
-  // FormatErrors naming the component and the file or tensor. Weights are
-  // loaded in options.dtype (the VAE stays float32, as diffusers' Wan
-  // examples load it; the DiTs keep what diffusers keeps in float32).
+  // FormatErrors naming the component and the file or tensor. Each component
+  // is loaded in options.dtype's choice for it, by default its stored dtype
+  // (Note [Dtype from the checkpoint]; the DiTs keep what diffusers keeps in
+  // float32); a dtype override naming a component the directory lacks is a
+  // ConfigError before any weight is read.
   static std::shared_ptr<WanPipeline> load(const std::filesystem::path& dir,
                                            const LoadOptions& options = {});
 
@@ -167,8 +169,10 @@ class WanPipeline final : public Pipeline {
   const WanDefaults& defaults() const { return defaults_; }
   bool has_text_encoder() const { return !text_encoder.is_empty(); }
   bool has_transformer_2() const { return !transformer_2.is_empty(); }
-  // The dtype the experts compute in (options.dtype at load).
+  // The dtypes the experts compute in (chosen at load); the prompt
+  // embeddings are cast to each expert's.
   torch::ScalarType transformer_dtype() const { return transformer_dtype_; }
+  torch::ScalarType transformer_2_dtype() const { return transformer_2_dtype_; }
   torch::ScalarType vae_dtype() const { return vae_dtype_; }
 
   // Tokens per prompt (default 512, as diffusers). A smaller value makes
@@ -195,6 +199,7 @@ class WanPipeline final : public Pipeline {
   std::string scheduler_source_;
   int num_train_timesteps_ = 1000;
   torch::ScalarType transformer_dtype_ = torch::kFloat32;
+  torch::ScalarType transformer_2_dtype_ = torch::kFloat32;
   torch::ScalarType vae_dtype_ = torch::kFloat32;
   std::int64_t max_sequence_length_ = 512;
 };

@@ -74,6 +74,30 @@ struct AutoencoderKLWanConfig {
   std::int64_t temporal_compression() const;
 };
 
+// Note [Tiled VAE]
+// A 720p × 81-frame decode holds the decoder's activations for whole frames
+// (96–384 channels at up to 1280 × 720): gigabytes that grow with the frame.
+// Tiled, as diffusers' AutoencoderKLWan.enable_tiling, the frame is cut into
+// overlapping tiles of tile_sample_min pixels every tile_sample_stride pixels
+// (256 and 192 by default; in latents ÷ 8), each tile is decoded (or
+// encoded) on its own through every frame with its own causal cache, and
+// each tile is blended into the one above and the one to its left over the
+// overlap with linear weights before the stride-sized part of it is kept.
+// The workspace is then that of one tile. Frames no larger than one tile
+// are not tiled, so `enabled` changes nothing below tile_sample_min.
+// Tiled output is not bitwise the untiled output: near a seam the tile saw
+// less context. How close they are on the fixtures' VAE is measured in
+// tests/models/autoencoder_kl_wan_tiling_test.cpp.
+struct VaeTiling {
+  bool enabled = false;
+  std::int64_t tile_sample_min_height = 256;
+  std::int64_t tile_sample_min_width = 256;
+  std::int64_t tile_sample_stride_height = 192;
+  std::int64_t tile_sample_stride_width = 192;
+  // ConfigError unless 0 < stride ≤ min and both are multiples of `compression`.
+  void validate(std::int64_t compression) const;
+};
+
 class AutoencoderKLWanImpl : public omni::nn::Module {
  public:
   // Builds the module tree with zero-filled weights (load a checkpoint next).
@@ -104,13 +128,24 @@ class AutoencoderKLWanImpl : public omni::nn::Module {
   Encoded encode(const torch::Tensor& video);
 
   const AutoencoderKLWanConfig& config() const { return config_; }
+  // Note [Tiled VAE]; off until set. ConfigError for a bad tiling. Set
+  // before serving (not while another thread decodes).
+  void set_tiling(const VaeTiling& tiling);
+  const VaeTiling& tiling() const { return tiling_; }
 
   // The number of parameters the config implies, counted arithmetically from the
   // architecture (no module is built). Validates the config.
   static std::int64_t parameter_count(const AutoencoderKLWanConfig& config);
 
  private:
+  // The untiled paths: decoded frames before the clamp, and encode's moments.
+  torch::Tensor decode_untiled(const torch::Tensor& z);
+  torch::Tensor encode_moments(const torch::Tensor& x);
+  torch::Tensor tiled_decode(const torch::Tensor& z);
+  torch::Tensor tiled_encode(const torch::Tensor& x);
+
   AutoencoderKLWanConfig config_;
+  VaeTiling tiling_;
   WanEncoder3d encoder_{nullptr};
   WanCausalConv3d quant_conv_{nullptr};
   WanCausalConv3d post_quant_conv_{nullptr};
