@@ -101,6 +101,7 @@ EvictionPlan exact_plan(const Entries& components, const std::vector<bool>& resi
   constexpr auto kNone = std::numeric_limits<std::uint64_t>::max();
   struct Back {
     std::uint32_t from = 0, evicted = 0;
+    bool uploaded = false;
   };
   std::vector<std::uint64_t> cost(states, kNone), next(states, kNone);
   std::vector<std::vector<Back>> back(calls.size(), std::vector<Back>(states));
@@ -113,19 +114,24 @@ EvictionPlan exact_plan(const Entries& components, const std::vector<bool>& resi
     auto relax = [&](std::uint32_t from, std::uint32_t to, std::uint32_t evicted, std::uint64_t c) {
       if (c < next[to]) {
         next[to] = c;
-        back[k][to] = {from, evicted};
+        back[k][to] = {from, evicted, swappable && !(from & xbit)};
       }
     };
     for (std::uint32_t m = 0; m < states; ++m) {
       if (cost[m] == kNone) continue;
-      if (!swappable || (m & xbit)) {
+      // A target already (partly) on the device costs nothing more, but the
+      // state must still fit: a start state may not (a component rolling in
+      // beside the one it replaces counts whole).
+      const bool present = (m & xbit) != 0;
+      if (!swappable || (present && size[m] + fixed <= budget)) {
         relax(m, m, 0, cost[m]);
         continue;
       }
-      const std::uint32_t avail = m & ~(k == 0 ? pinned_mask : 0u);
+      const std::uint32_t avail = m & ~xbit & ~(k == 0 ? pinned_mask : 0u);
+      const auto upload = present ? 0 : components[x].bytes;
       for (std::uint32_t e = 0;; e = (e - avail) & avail) {  // submasks, ascending
         const std::uint32_t to = (m & ~e) | xbit;
-        if (size[to] + fixed <= budget) relax(m, to, e, cost[m] + components[x].bytes);
+        if (size[to] + fixed <= budget) relax(m, to, e, cost[m] + upload);
         if (e == avail) break;
       }
     }
@@ -150,7 +156,7 @@ EvictionPlan exact_plan(const Entries& components, const std::vector<bool>& resi
     const auto& b = back[k][best];
     for (std::size_t bit = 0; bit < ids.size(); ++bit)
       if (b.evicted & (1u << bit)) plan.evicted[k].push_back(ids[bit]);
-    plan.uploaded[k] = b.from != best;
+    plan.uploaded[k] = b.uploaded;
     best = b.from;
   }
   return plan;
@@ -165,7 +171,6 @@ EvictionPlan belady_plan(const Entries& components, std::vector<bool> resident,
   plan.uploaded.resize(calls.size());
   for (std::size_t k = 0; k < calls.size(); ++k) {
     const auto x = calls[k];
-    if (!components[x].swappable || resident[x]) continue;
     auto used = [&] {
       std::uint64_t bytes = fixed;
       for (std::size_t i = 0; i < components.size(); ++i)
@@ -177,6 +182,9 @@ EvictionPlan belady_plan(const Entries& components, std::vector<bool> resident,
         if (calls[j] == c) return j;
       return calls.size();
     };
+    if (!components[x].swappable) continue;
+    const bool present = resident[x];
+    if (present && used() <= budget) continue;
     std::vector<std::size_t> candidates;
     for (std::size_t i = 0; i < components.size(); ++i)
       if (i != x && resident[i] && components[i].swappable) candidates.push_back(i);
@@ -189,11 +197,12 @@ EvictionPlan belady_plan(const Entries& components, std::vector<bool> resident,
       return components[a].bytes > components[b].bytes;
     });
     for (auto c : candidates) {
-      if (used() + components[x].bytes <= budget) break;
+      if (used() + (present ? 0 : components[x].bytes) <= budget) break;
       resident[c] = false;
       plan.evicted[k].push_back(c);
     }
     resident[x] = true;
+    if (present) continue;
     plan.uploaded[k] = true;
     plan.upload_bytes += components[x].bytes;
   }
@@ -279,7 +288,9 @@ class BudgetPolicy : public ResidencyPolicy {
     if (used + t.bytes <= state.budget_bytes) return {};  // it fits: nothing leaves
     std::vector<std::size_t> calls{target};
     calls.insert(calls.end(), state.upcoming.begin(), state.upcoming.end());
-    return plan_evictions(components, resident, calls, state.budget_bytes, pinned).evicted.front();
+    const auto plan = plan_evictions(components, resident, calls, state.budget_bytes, pinned);
+    // No way to fit at all: nothing to evict; the ledger refuses the upload, naming the budget.
+    return plan.evicted.empty() ? std::vector<std::size_t>{} : plan.evicted.front();
   }
   void check_plan(const std::vector<PolicyState::Entry>& components,
                   std::uint64_t budget_bytes) const override {
