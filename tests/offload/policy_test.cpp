@@ -229,3 +229,23 @@ TEST(ResidencyPolicies, WhatLeavesBeforeAComponentRuns) {
   EXPECT_TRUE(resident->evictions(s, 1, {}).empty());
   EXPECT_FALSE(resident->swappable(Role::dit));
 }
+
+// A component rolling in beside the one it replaces is partly resident when
+// its first call comes: the state counts both whole and is over the budget,
+// so the policy must still send the old one away (the bench found this).
+TEST(BudgetPolicy, APartlyResidentTargetStillHasToFit) {
+  PolicyState s;
+  s.components = {{"transformer", Role::dit, 28, 28, true},
+                  {"transformer_2", Role::dit, 28, 5, true},
+                  {"vae", Role::vae, 1, 1, true}};
+  s.upcoming = {2};
+  s.budget_bytes = 40;
+  const auto budget = offload::make_policy(PolicyKind::budget);
+  EXPECT_EQ(budget->evictions(s, 1, {}), std::vector<std::size_t>{0});
+  const std::vector<bool> resident{true, true, true};
+  const auto plan = offload::plan_evictions(s.components, resident, {1, 2}, 40);
+  EXPECT_EQ(plan.evicted.front(), std::vector<std::size_t>{0});
+  EXPECT_FALSE(plan.uploaded.front()) << "it was already (partly) there";
+  const auto belady = offload::plan_evictions_belady(s.components, resident, {1, 2}, 40);
+  EXPECT_EQ(belady.evicted.front(), std::vector<std::size_t>{0});
+}
