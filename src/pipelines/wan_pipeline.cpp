@@ -54,19 +54,10 @@ std::vector<std::string> WanPipeline::batch_call_schedule(
     const std::vector<GenerationRequest>& requests) const {
   OMNI_INTERNAL_ASSERT(!requests.empty(), "the call schedule of an empty batch");
   const auto& r = requests.front();
-  const bool cfg = r.guidance_scale.value_or(1.0) > 1.0;
-  const int forwards = cfg ? 2 : 1;
-  std::vector<std::string> calls(forwards * requests.size(), "text_encoder");
   auto scheduler = make_scheduler();
   scheduler->set_timesteps(r.steps.value_or(1));
-  const auto timesteps = scheduler->timesteps();
-  for (std::int64_t i = 0; i < timesteps.size(0); ++i) {
-    const char* expert =
-        expert_for(timesteps[i].item<double>()) == 0 ? "transformer" : "transformer_2";
-    calls.insert(calls.end(), forwards, expert);
-  }
-  calls.insert(calls.end(), requests.size(), "vae");
-  return calls;
+  return wan_call_schedule(scheduler->timesteps(), boundary_timestep(),
+                           r.guidance_scale.value_or(1.0) > 1.0, requests.size());
 }
 
 std::optional<std::string> WanPipeline::batch_key(const GenerationRequest& request) const {

@@ -176,4 +176,24 @@ std::shared_ptr<Pipeline> load_wan_pipeline(const fs::path& dir, const LoadOptio
   return WanPipeline::load(dir, options);
 }
 
+std::vector<std::string> WanPipeline::default_call_schedule(const fs::path& dir) {
+  const auto index_path = dir / "model_index.json";
+  const auto index = io::read_json_file(index_path);
+  const std::string source = index_path.string();
+  io::ConfigReader reader(index, source);
+  const auto boundary_ratio = reader.nullable<double>("boundary_ratio");
+  const auto scheduler_entry = read_entry(reader, index, "scheduler");
+  require_entry(scheduler_entry, source);
+  auto defaults = boundary_ratio ? WanDefaults{} : WanDefaults::single_expert();
+  if (const auto path = dir / "omni_defaults.json"; fs::exists(path))
+    defaults = read_request_defaults(path, defaults);
+  const auto config =
+      read_scheduler_config(component_dir(dir, "scheduler"), scheduler_entry, source);
+  auto scheduler = schedulers::make_scheduler(config.config, config.source);
+  scheduler->set_timesteps(defaults.steps);
+  std::optional<double> boundary;
+  if (boundary_ratio) boundary = *boundary_ratio * config.num_train_timesteps;
+  return wan_call_schedule(scheduler->timesteps(), boundary, defaults.guidance_scale > 1.0, 1);
+}
+
 }  // namespace omni::pipelines

@@ -18,6 +18,19 @@ WanDefaults WanDefaults::single_expert() {
   return d;
 }
 
+std::vector<std::string> wan_call_schedule(const torch::Tensor& timesteps,
+                                           std::optional<double> boundary_timestep, bool cfg,
+                                           std::size_t batch) {
+  const std::size_t forwards = cfg ? 2 : 1;
+  std::vector<std::string> calls(forwards * batch, "text_encoder");
+  for (std::int64_t i = 0; i < timesteps.size(0); ++i) {
+    const bool high_noise = !boundary_timestep || timesteps[i].item<double>() >= *boundary_timestep;
+    calls.insert(calls.end(), forwards, high_noise ? "transformer" : "transformer_2");
+  }
+  calls.insert(calls.end(), batch, "vae");
+  return calls;
+}
+
 GenerationRequest resolve_video_request(const GenerationRequest& in, const WanDefaults& defaults,
                                         const models::wan::WanTransformer3DConfig& t,
                                         const models::wan::AutoencoderKLWanConfig& v,

@@ -92,6 +92,12 @@ class WanPipeline final : public Pipeline {
   static std::shared_ptr<WanPipeline> load(const std::filesystem::path& dir,
                                            const LoadOptions& options = {});
 
+  // The components a default request calls (call_schedule), read from
+  // `dir`'s model_index.json, scheduler config and omni_defaults.json alone,
+  // before any weight loads (omni inspect's device plan). The errors of
+  // load() for those files.
+  static std::vector<std::string> default_call_schedule(const std::filesystem::path& dir);
+
   std::string class_name() const override { return "WanPipeline"; }
   // DiTs: transformer (and transformer_2 when present); encoder: text_encoder
   // when present; VAE: vae.

@@ -100,6 +100,15 @@ GenerationRequest resolve_video_request(const GenerationRequest& request,
                                         const models::wan::AutoencoderKLWanConfig& vae,
                                         bool two_experts);
 
+// The components a run calls, in order (Pipeline::call_schedule): the text
+// encoder once per prompt (two with CFG) for each of `batch` requests, then
+// per timestep the expert that runs it — "transformer" while t ≥
+// `boundary_timestep` (or always without one), else "transformer_2" — once
+// per prediction (two with CFG), then the VAE once per request.
+std::vector<std::string> wan_call_schedule(const torch::Tensor& timesteps,
+                                           std::optional<double> boundary_timestep, bool cfg,
+                                           std::size_t batch);
+
 // Note [Phase-batched runs] (pipeline.h): what must match for resolved
 // requests to denoise together: width, height, num_frames, steps,
 // guidance_scale and guidance_scale_2 (exactly; the steps fix which expert
