@@ -20,6 +20,8 @@ struct InspectOptions {
   std::string dtype = "auto";
   std::string host_memory_budget;
   std::string pinned_staging = "512MiB";
+  std::string device_memory_budget;
+  std::size_t prefetch_blocks = 1;
 };
 
 // 14288491584 → "14,288,491,584".
@@ -60,6 +62,57 @@ std::string format_table(const std::vector<std::vector<std::string>>& rows,
     line.erase(line.find_last_not_of(' ') + 1);
     out << line << "\n";
   }
+  return out.str();
+}
+
+// The host and device plans in one table: each component's home and where
+// its weights spend a request under --offload auto's choice.
+std::string homes_table(const offload::HostMemoryPlan& host, const DevicePlan& device) {
+  using device::format_bytes;
+  std::ostringstream out;
+  out << "where the weights live: host "
+      << (host.budget_bytes ? "--host-memory-budget " + format_bytes(*host.budget_bytes)
+                            : std::string("without a budget"))
+      << " (pinned " << format_bytes(host.pinned_bytes()) << ", mapped "
+      << format_bytes(host.mapped_bytes()) << "); device --device-memory-budget "
+      << format_bytes(device.budget_bytes) << " under "
+      << (device.choice ? std::string(offload::to_string(device.choice->kind)) : "nothing") << "\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"component", "host home", "bytes", "on the device"}};
+  for (const auto& c : host.components) {
+    const auto where = device.placement.find(c.name);
+    rows.push_back({c.name, std::string(offload::to_string(c.kind)), format_bytes(c.bytes),
+                    where == device.placement.end() ? "-" : where->second});
+  }
+  if (host.staging_bytes)
+    rows.push_back({"staging ring", "pinned", format_bytes(host.staging_bytes), "-"});
+  out << format_table(rows, {false, false, true, false});
+  return out.str();
+}
+
+// Every mode under the budget, and --offload auto's pick.
+std::string modes_table(const DevicePlan& d) {
+  using device::format_bytes;
+  std::ostringstream out;
+  out << "offload modes under a device budget of " << format_bytes(d.budget_bytes) << " ("
+      << d.prefetch_blocks << " block(s) prefetched; calls of " << d.calls_from << ": "
+      << d.calls_summary() << ")\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"mode", "runs", "planned peak", "uploaded per request"}};
+  for (const auto& m : d.modes) {
+    const auto mode = std::string(offload::to_string(m.kind));
+    if (m.runs)
+      rows.push_back(
+          {mode, "yes", format_bytes(m.planned_peak_bytes), format_bytes(m.bytes_per_request)});
+    else
+      rows.push_back({mode, "no", "-", m.why_not});
+  }
+  out << format_table(rows, {false, false, true, false});
+  if (d.choice)
+    out << "--offload auto: " << offload::to_string(d.choice->kind) << ": " << d.choice->why
+        << "\n";
+  else
+    out << "--offload auto: nothing runs under this budget: " << d.no_choice << "\n";
   return out.str();
 }
 
@@ -116,7 +169,9 @@ std::string to_table(const ModelPlan& plan) {
   out << ") + VAE and resident " << device::format_bytes(statics) << "\n"
       << "  without offload           " << bytes_cell(plan.planned_peak_without_offload_bytes)
       << "\n";
-  out << plan.host_plan.to_table();
+  out << (plan.device_plan ? homes_table(plan.host_plan, *plan.device_plan)
+                           : plan.host_plan.to_table());
+  if (plan.device_plan) out << modes_table(*plan.device_plan);
   for (const auto& c : plan.components)
     if (!c.note.empty()) out << "note: " << c.name << ": " << c.note << "\n";
   return out.str();
@@ -128,6 +183,9 @@ int inspect(const InspectOptions& o) {
   if (!o.host_memory_budget.empty())
     options.host_memory_budget_bytes = device::parse_byte_size(o.host_memory_budget);
   options.pinned_staging_bytes = device::parse_byte_size(o.pinned_staging);
+  if (!o.device_memory_budget.empty())
+    options.device_memory_budget_bytes = device::parse_byte_size(o.device_memory_budget);
+  options.prefetch_blocks = o.prefetch_blocks;
   const auto plan = inspect_model(o.model, options);
   if (o.json == "-") {
     std::cout << plan.to_json().dump(2) << "\n";
@@ -150,7 +208,8 @@ void add_inspect_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "inspect",
       "Show a model's components, roles, parameters, bytes by dtype and the planned peak "
-      "resident weights with and without offload (reads headers only, never the weights)");
+      "resident weights with and without offload, the host plan and, with a device budget, the "
+      "device plan of each offload mode (reads headers only, never the weights)");
   cmd->add_option("model", options->model,
                   "Model: a diffusers directory (model_index.json) or example:wan-shaped")
       ->required();
@@ -163,6 +222,13 @@ void add_inspect_command(CLI::App& app) {
                   "not fit keep their home in the mapped checkpoint");
   cmd->add_option("--pinned-staging", options->pinned_staging,
                   "Pinned staging ring for mapped homes (taken from the budget)")
+      ->capture_default_str();
+  cmd->add_option("--device-memory-budget", options->device_memory_budget,
+                  "Plan the device under BYTES of weights (e.g. 20GiB): what each offload mode "
+                  "would hold and upload per request, and what --offload auto would pick");
+  cmd->add_option("--prefetch-blocks", options->prefetch_blocks,
+                  "For the layerwise plan: blocks uploaded ahead of the one computing")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--json", options->json,
                   "Also write the plan as JSON to PATH ('-': stdout only)");

@@ -15,6 +15,7 @@
 #include "omni/offload/backend.h"
 #include "omni/offload/host_home.h"
 #include "omni/pipelines/pipeline.h"
+#include "omni/pipelines/wan_pipeline.h"
 
 namespace fs = std::filesystem;
 
@@ -272,6 +273,45 @@ void plan_load_dtype(ComponentPlan& c, const pipelines::DtypeSpec& spec) {
                         : d.bytes;
 }
 
+// Note [Buffers the model computes]
+// A loaded module may hold tensors its checkpoint does not store:
+// WanTransformer3DModel builds its RoPE tables (rope.freqs_cos and
+// rope.freqs_sin, float32 [rope_max_seq_len, attention_head_dim] each, 1 MiB
+// for A14B) at construction. Offload homes and uploads them with the
+// weights, so the plan adds them to load_bytes; they are not parameters and
+// not stored bytes. (The unified transformer's are not added yet.)
+std::vector<HeaderTensor> computed_buffers(const std::string& class_name, const fs::path& dir) {
+  const auto config_json = dir / "config.json";
+  if (class_name != "WanTransformer3DModel" || !fs::exists(config_json)) return {};
+  models::wan::WanTransformer3DConfig config;
+  try {
+    config = models::wan::WanTransformer3DConfig::from_file(config_json);
+  } catch (const Error&) {
+    return {};  // check_against_config's note says why
+  }
+  const auto numel =
+      static_cast<std::uint64_t>(config.rope_max_seq_len * config.attention_head_dim);
+  return {{"rope.freqs_cos", io::DType::F32, numel, 4 * numel},
+          {"rope.freqs_sin", io::DType::F32, numel, 4 * numel}};
+}
+
+// Note [Block groups] by the tensor names, in the bytes each tensor loads as.
+void plan_block_groups(ComponentPlan& c, const std::vector<HeaderTensor>& tensors,
+                       const std::vector<HeaderTensor>& computed) {
+  if (!c.role || !c.load_dtype) return;
+  const bool converted = c.load_bytes - c.computed_bytes != c.bytes;
+  std::vector<std::pair<std::string, std::uint64_t>> sizes;
+  for (const auto& t : tensors)
+    sizes.emplace_back(t.name, converted && c10::isFloatingType(io::to_scalar_type(t.dtype))
+                                   ? t.numel * io::element_size(*c.load_dtype)
+                                   : t.bytes);
+  for (const auto& t : computed) sizes.emplace_back(t.name, t.bytes);
+  const auto size = offload::measure_named_tensors(c.name, *c.role, sizes);
+  c.block_bytes = size.block_bytes;
+  c.largest_block = size.largest_block;
+  c.largest_group = size.largest_group;
+}
+
 void finish(ModelPlan& plan, const pipelines::DtypeSpec& spec) {
   std::vector<std::string> weighted;
   for (const auto& c : plan.components)
@@ -282,6 +322,7 @@ void finish(ModelPlan& plan, const pipelines::DtypeSpec& spec) {
   std::vector<std::pair<Role, std::uint64_t>> sizes;
   for (auto& c : plan.components) {
     plan_load_dtype(c, spec);
+    c.load_bytes += c.computed_bytes;
     plan.load_bytes += c.load_bytes;
     plan.parameters += c.parameters;
     plan.bytes += c.bytes;
@@ -306,6 +347,7 @@ ModelPlan inspect_directory(const std::string& model, const pipelines::DtypeSpec
   ModelPlan plan;
   plan.model = model;
   plan.pipeline_class = index["_class_name"].get<std::string>();
+  std::map<std::string, std::vector<HeaderTensor>> tensors_of, computed_of;  // by row
   // nlohmann::json keeps object keys sorted, which is also diffusers' order.
   for (auto it = index.begin(); it != index.end(); ++it) {
     const auto& name = it.key();
@@ -332,14 +374,22 @@ ModelPlan inspect_directory(const std::string& model, const pipelines::DtypeSpec
       for (const auto& t : tensors) add_tensor(c, t);
       const auto generator_parameters = check_against_config(c, folder);
       if (c.class_name == "OmniUnifiedTransformer") {
-        for (auto& row : split_unified_transformer(c, tensors, folder, generator_parameters))
+        for (auto& row : split_unified_transformer(c, tensors, folder, generator_parameters)) {
+          const auto prefix = row.name.substr(row.name.find('.') + 1) + ".";
+          for (const auto& t : tensors)
+            if (t.name.starts_with(prefix)) tensors_of[row.name].push_back(t);
           plan.components.push_back(std::move(row));
+        }
         continue;
       }
+      tensors_of[c.name] = std::move(tensors);
+      computed_of[c.name] = computed_buffers(c.class_name, folder);
+      for (const auto& t : computed_of[c.name]) c.computed_bytes += t.bytes;
     }
     plan.components.push_back(std::move(c));
   }
   finish(plan, dtype);
+  for (auto& c : plan.components) plan_block_groups(c, tensors_of[c.name], computed_of[c.name]);
   return plan;
 }
 
@@ -350,7 +400,8 @@ std::string short_class_name(const std::string& name) {
   return s;
 }
 
-ModelPlan inspect_builtin(const std::string& model, const pipelines::DtypeSpec& dtype) {
+ModelPlan inspect_builtin(const std::string& model, const pipelines::DtypeSpec& dtype,
+                          std::vector<std::string>& calls) {
   const auto pipeline = pipelines::load_pipeline(model, {.dtype = dtype});
   const auto resolved = offload::resolve_components(*pipeline, pipeline->components(),
                                                     /*require_exclusion_groups=*/false);
@@ -363,6 +414,10 @@ ModelPlan inspect_builtin(const std::string& model, const pipelines::DtypeSpec& 
     c.name = r.path;
     c.class_name = short_class_name(r.module->name());
     c.role = r.role;
+    const auto size = offload::measure_component(r.path, r.role, *r.module);
+    c.block_bytes = size.block_bytes;
+    c.largest_block = size.largest_block;
+    c.largest_group = size.largest_group;
     for (const auto& e : offload::unique_tensors(*r.module))
       add_tensor(c, io::from_scalar_type(e.tensor.scalar_type()),
                  static_cast<std::uint64_t>(e.tensor.numel()),
@@ -379,13 +434,99 @@ ModelPlan inspect_builtin(const std::string& model, const pipelines::DtypeSpec& 
   std::stable_sort(plan.components.begin(), plan.components.end(),
                    [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
   finish(plan, dtype);
+  pipelines::GenerationRequest probe;
+  probe.prompt = "offload plan";
+  calls = pipeline->call_schedule(pipeline->resolve(probe));
   return plan;
+}
+
+// "text_encoder ×2, transformer ×24, transformer_2 ×56, vae ×1".
+std::string summarize_calls(const std::vector<std::string>& calls) {
+  std::string out;
+  for (std::size_t i = 0; i < calls.size();) {
+    std::size_t j = i;
+    while (j < calls.size() && calls[j] == calls[i]) ++j;
+    out += detail::concat(out.empty() ? "" : ", ", calls[i], " ×", j - i);
+    i = j;
+  }
+  return out;
+}
+
+DevicePlan plan_device(const ModelPlan& plan, const std::vector<std::string>& call_names,
+                       std::string calls_from, std::uint64_t budget, std::size_t prefetch) {
+  DevicePlan d;
+  d.budget_bytes = budget;
+  d.prefetch_blocks = prefetch;
+  d.calls = call_names;
+  d.calls_from = std::move(calls_from);
+  std::vector<offload::ComponentSize> sizes;
+  for (const auto& c : plan.components)
+    if (c.role)
+      sizes.push_back(
+          {c.name, *c.role, c.load_bytes, c.block_bytes, c.largest_block, c.largest_group});
+  std::vector<std::size_t> calls;
+  for (const auto& name : call_names)
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      if (sizes[i].name == name) calls.push_back(i);
+  d.modes = offload::estimate_modes(sizes, budget, prefetch, calls);
+  try {
+    d.choice = offload::choose_offload(sizes, budget, prefetch, calls);
+  } catch (const ConfigError& e) {
+    d.no_choice = e.what();
+    return d;
+  }
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    d.placement[sizes[i].name] =
+        offload::device_placement(d.choice->kind, sizes, i, budget, prefetch, calls);
+  return d;
+}
+
+// A directory's calls: WanPipeline's default request; other pipelines, one
+// call per component in the plan's order (their schedules need the loaded model).
+std::vector<std::string> directory_calls(const ModelPlan& plan, const fs::path& dir,
+                                         std::string& from) {
+  if (plan.pipeline_class == "WanPipeline") {
+    from = "a default request (model_index.json, the scheduler config, omni_defaults.json)";
+    return pipelines::WanPipeline::default_call_schedule(dir);
+  }
+  from = detail::concat("one call per component: ", plan.pipeline_class,
+                        "'s schedule is known only once it loads");
+  std::vector<std::string> calls;
+  for (const auto& c : plan.components)
+    if (c.role) calls.push_back(c.name);
+  return calls;
 }
 
 nlohmann::json dtype_json(const std::map<io::DType, DTypeBytes>& by_dtype) {
   auto j = nlohmann::json::object();
   for (const auto& [dtype, d] : by_dtype)
     j[std::string(io::to_string(dtype))] = {{"parameters", d.parameters}, {"bytes", d.bytes}};
+  return j;
+}
+
+nlohmann::json device_plan_json(const DevicePlan& d) {
+  nlohmann::json j;
+  j["budget_bytes"] = d.budget_bytes;
+  j["prefetch_blocks"] = d.prefetch_blocks;
+  j["calls"] = d.calls;
+  j["calls_from"] = d.calls_from;
+  j["modes"] = nlohmann::json::array();
+  for (const auto& m : d.modes)
+    j["modes"].push_back({{"mode", std::string(offload::to_string(m.kind))},
+                          {"runs", m.runs},
+                          {"planned_peak_bytes",
+                           m.runs ? nlohmann::json(m.planned_peak_bytes) : nlohmann::json(nullptr)},
+                          {"bytes_per_request",
+                           m.runs ? nlohmann::json(m.bytes_per_request) : nlohmann::json(nullptr)},
+                          {"why_not", m.why_not}});
+  if (d.choice)
+    j["auto"] = {{"mode", std::string(offload::to_string(d.choice->kind))},
+                 {"why", d.choice->why},
+                 {"planned_peak_bytes", d.choice->planned_peak_bytes},
+                 {"bytes_per_request", d.choice->bytes_per_request},
+                 {"placement", d.placement}};
+  else
+    j["auto"] = {{"mode", nullptr}, {"why", d.no_choice}};
   return j;
 }
 
@@ -419,6 +560,7 @@ nlohmann::json ModelPlan::to_json() const {
   j["planned_peak_with_offload_bytes"] = planned_peak_with_offload_bytes;
   j["planned_peak_without_offload_bytes"] = planned_peak_without_offload_bytes;
   j["host_plan"] = host_plan.to_json();
+  j["device_plan"] = device_plan ? device_plan_json(*device_plan) : nullptr;
   j["components"] = nlohmann::json::array();
   for (const auto& c : components) {
     nlohmann::json e;
@@ -432,6 +574,10 @@ nlohmann::json ModelPlan::to_json() const {
     e["load_dtype"] =
         c.load_dtype ? nlohmann::json(std::string(io::to_string(*c.load_dtype))) : nullptr;
     e["load_bytes"] = c.load_bytes;
+    e["computed_bytes"] = c.computed_bytes;
+    e["block_bytes"] = c.block_bytes;
+    e["largest_block_bytes"] = c.largest_block;
+    e["largest_group_bytes"] = c.largest_group;
     e["files"] = nlohmann::json::array();
     for (const auto& f : c.files) e["files"].push_back(f.string());
     e["config_parameters"] = c.config_parameters ? nlohmann::json(*c.config_parameters) : nullptr;
@@ -450,18 +596,33 @@ ModelPlan inspect_model(const std::string& model, const InspectOptions& options)
     for (const auto& b : builtins) known += (known.empty() ? "" : ", ") + b;
     OMNI_CHECK(std::find(builtins.begin(), builtins.end(), model) != builtins.end(), ConfigError,
                "unknown built-in model '", model, "'; built-ins: ", known);
-    auto plan = inspect_builtin(model, dtype);
+    std::vector<std::string> calls;
+    auto plan = inspect_builtin(model, dtype, calls);
     plan.host_plan =
         plan_host_memory(plan, options.host_memory_budget_bytes, options.pinned_staging_bytes);
+    if (options.device_memory_budget_bytes)
+      plan.device_plan = plan_device(plan, calls, "a default request",
+                                     *options.device_memory_budget_bytes, options.prefetch_blocks);
     return plan;
   }
   return detail::with_typed_filesystem_errors([&] {
-    auto plan = inspect_directory(io::resolve_model_dir(model).string(), dtype);
+    const auto dir = io::resolve_model_dir(model);
+    auto plan = inspect_directory(dir.string(), dtype);
     plan.model = model;  // as given: a hub id stays one
     plan.host_plan =
         plan_host_memory(plan, options.host_memory_budget_bytes, options.pinned_staging_bytes);
+    if (options.device_memory_budget_bytes) {
+      std::string from;
+      const auto calls = directory_calls(plan, dir, from);
+      plan.device_plan = plan_device(plan, calls, std::move(from),
+                                     *options.device_memory_budget_bytes, options.prefetch_blocks);
+    }
     return plan;
   });
+}
+
+std::string DevicePlan::calls_summary() const {
+  return summarize_calls(calls);
 }
 
 }  // namespace omni

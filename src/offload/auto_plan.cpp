@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "omni/device/device.h"
 #include "omni/error.h"
@@ -31,20 +32,49 @@ bool is_block_group(const std::string& group) {
          std::all_of(last.begin(), last.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
 }
 
-ComponentSize measure_component(const std::string& name, Role role, torch::nn::Module& module) {
-  ComponentSize out{name, role};
-  std::map<std::string, std::uint64_t> groups;
-  for (const auto& e : unique_tensors(module)) {
-    const auto bytes = static_cast<std::uint64_t>(e.tensor.numel()) * e.tensor.element_size();
-    out.bytes += bytes;
-    groups[e.group] += bytes;
-  }
+namespace {
+// Sizes and the largest groups from the bytes of each group.
+void add_groups(ComponentSize& out, const std::map<std::string, std::uint64_t>& groups) {
   for (const auto& [group, bytes] : groups) {
+    out.bytes += bytes;
     out.largest_group = std::max(out.largest_group, bytes);
     if (!is_block_group(group)) continue;
     out.block_bytes += bytes;
     out.largest_block = std::max(out.largest_block, bytes);
   }
+}
+}  // namespace
+
+ComponentSize measure_component(const std::string& name, Role role, torch::nn::Module& module) {
+  std::map<std::string, std::uint64_t> groups;
+  for (const auto& e : unique_tensors(module))
+    groups[e.group] += static_cast<std::uint64_t>(e.tensor.numel()) * e.tensor.element_size();
+  ComponentSize out{name, role};
+  add_groups(out, groups);
+  return out;
+}
+
+ComponentSize measure_named_tensors(
+    const std::string& name, Role role,
+    const std::vector<std::pair<std::string, std::uint64_t>>& tensor_bytes) {
+  std::set<std::string> owners;  // module paths with tensors of their own
+  for (const auto& [tensor, bytes] : tensor_bytes)
+    if (const auto dot = tensor.rfind('.'); dot != std::string::npos)
+      owners.insert(tensor.substr(0, dot));
+  std::map<std::string, std::uint64_t> groups;
+  for (const auto& [tensor, bytes] : tensor_bytes) {
+    std::string group;  // the component's own tensors: ""
+    for (auto dot = tensor.find('.'); dot != std::string::npos; dot = tensor.find('.', dot + 1)) {
+      const auto path = tensor.substr(0, dot);
+      if (owners.contains(path) || is_block_group(path)) {
+        group = path;
+        break;
+      }
+    }
+    groups[group] += bytes;
+  }
+  ComponentSize out{name, role};
+  add_groups(out, groups);
   return out;
 }
 
@@ -124,15 +154,18 @@ std::uint64_t bytes_per_request(PolicyKind kind, const std::vector<ComponentSize
       return steady_state(whole_entries(components, false), calls, budget);
     case PolicyKind::layerwise: {
       const auto window = window_bytes(components, prefetch);
-      OMNI_CHECK(window > 0, ConfigError, "layerwise offload needs DiT blocks (blocks.N)");
+      OMNI_CHECK(window > 0, ConfigError,
+                 "layerwise offload needs DiT blocks (modules named like blocks.N) to stream; "
+                 "none were found");
       const auto entries = whole_entries(components, true);
       std::uint64_t fixed = 0;
       for (const auto& e : entries)
         if (!e.swappable) fixed += e.bytes;
-      OMNI_CHECK(window + fixed < budget, ConfigError, "layerwise offload needs ",
-                 format_bytes(window + fixed), " (", prefetch + 1,
-                 " blocks in flight and the tensors that never leave), over the budget of ",
-                 format_bytes(budget));
+      // The words of OffloadBackend's own check, which runs once the model has loaded.
+      OMNI_CHECK(window + fixed < budget, ConfigError, "a device memory budget of ",
+                 format_bytes(budget), " is too small for layerwise offload: ", prefetch + 1,
+                 " blocks of ", format_bytes(window / (prefetch + 1)), " in flight and ",
+                 format_bytes(fixed), " of tensors that never leave need more");
       std::uint64_t blocks = 0;
       for (auto i : calls)
         if (components[i].role == Role::dit) blocks += components[i].block_bytes;
@@ -207,6 +240,139 @@ OffloadChoice choose_offload(const std::vector<ComponentSize>& components, std::
       format_bytes(largest_whole), ") does not fit the budget of ", format_bytes(budget),
       ": DiT blocks stream through every call, ", prefetch + 1, " at a time");
   return choice;
+}
+
+namespace {
+
+// Two requests back to back: the second is the steady state.
+std::vector<std::size_t> twice(const std::vector<std::size_t>& calls) {
+  auto two = calls;
+  two.insert(two.end(), calls.begin(), calls.end());
+  return two;
+}
+
+// The most weight bytes the exact plan holds at once over `calls`
+// (components that never leave count from the start).
+std::uint64_t plan_peak(const std::vector<PolicyState::Entry>& entries,
+                        const std::vector<std::size_t>& calls, std::uint64_t budget) {
+  const auto plan =
+      plan_evictions(entries, std::vector<bool>(entries.size(), false), calls, budget);
+  std::vector<bool> on(entries.size(), false);
+  std::uint64_t used = 0;
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    if (!entries[i].swappable) {
+      on[i] = true;
+      used += entries[i].bytes;
+    }
+  std::uint64_t peak = used;
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    for (auto e : plan.evicted[k])
+      if (on[e]) {
+        on[e] = false;
+        used -= entries[e].bytes;
+      }
+    if (!on[calls[k]]) {
+      on[calls[k]] = true;
+      used += entries[calls[k]].bytes;
+    }
+    peak = std::max(peak, used);
+  }
+  return peak;
+}
+
+// How often the exact plan uploads `component` in the second of two requests.
+std::size_t steady_uploads(const std::vector<PolicyState::Entry>& entries,
+                           const std::vector<std::size_t>& calls, std::uint64_t budget,
+                           std::size_t component) {
+  const auto two = twice(calls);
+  const auto plan = plan_evictions(entries, std::vector<bool>(entries.size(), false), two, budget);
+  std::size_t n = 0;
+  for (std::size_t k = calls.size(); k < two.size(); ++k)
+    n += two[k] == component && plan.uploaded[k];
+  return n;
+}
+
+std::string uploads_text(std::size_t n) {
+  if (n == 0) return "stays resident";
+  if (n == 1) return "uploaded once per request";
+  return detail::concat("uploaded ", n, "× per request");
+}
+
+ModeEstimate estimate(PolicyKind kind, const std::vector<ComponentSize>& components,
+                      std::uint64_t budget, std::size_t prefetch,
+                      const std::vector<std::size_t>& calls) {
+  ModeEstimate m{kind};
+  std::uint64_t largest_group = 0;
+  for (const auto& c : components) largest_group = std::max(largest_group, c.largest_group);
+  try {
+    m.bytes_per_request = bytes_per_request(kind, components, budget, prefetch, calls);
+    switch (kind) {
+      case PolicyKind::all_resident:
+        m.planned_peak_bytes = total_bytes(components);
+        break;
+      case PolicyKind::model_level:
+        m.planned_peak_bytes = model_level_peak(components) + 2 * largest_group;
+        OMNI_CHECK(m.planned_peak_bytes <= budget, ConfigError, "streamed swaps need ",
+                   format_bytes(m.planned_peak_bytes), " (the model-level peak + 2 × ",
+                   format_bytes(largest_group), "), over the budget of ", format_bytes(budget));
+        break;
+      case PolicyKind::budget:
+        m.planned_peak_bytes = plan_peak(whole_entries(components, false), twice(calls), budget);
+        break;
+      case PolicyKind::layerwise: {
+        const auto window = window_bytes(components, prefetch);
+        m.planned_peak_bytes =
+            window + plan_peak(whole_entries(components, true), twice(calls), budget - window);
+        break;
+      }
+    }
+    m.runs = true;
+  } catch (const ConfigError& e) {
+    m.runs = false;
+    m.why_not = e.what();
+  }
+  return m;
+}
+
+}  // namespace
+
+std::vector<ModeEstimate> estimate_modes(const std::vector<ComponentSize>& components,
+                                         std::uint64_t budget, std::size_t prefetch,
+                                         const std::vector<std::size_t>& calls) {
+  std::vector<ModeEstimate> out;
+  for (auto kind : {PolicyKind::all_resident, PolicyKind::model_level, PolicyKind::budget,
+                    PolicyKind::layerwise})
+    out.push_back(estimate(kind, components, budget, prefetch, calls));
+  return out;
+}
+
+std::string device_placement(PolicyKind kind, const std::vector<ComponentSize>& components,
+                             std::size_t component, std::uint64_t budget, std::size_t prefetch,
+                             const std::vector<std::size_t>& calls) {
+  const auto& c = components.at(component);
+  const bool called = std::find(calls.begin(), calls.end(), component) != calls.end();
+  switch (kind) {
+    case PolicyKind::all_resident:
+      return "resident";
+    case PolicyKind::model_level:
+      if (c.role == Role::vae || c.role == Role::resident) return "resident";
+      return called ? "uploaded once per request" : "not called";
+    case PolicyKind::budget:
+      if (c.role == Role::resident) return "resident";
+      return uploads_text(
+          steady_uploads(whole_entries(components, false), calls, budget, component));
+    case PolicyKind::layerwise: {
+      const auto window = window_bytes(components, prefetch);
+      if (c.role == Role::dit)
+        return detail::concat("blocks stream at every call; ",
+                              format_bytes(c.bytes - c.block_bytes),
+                              " outside the blocks resident");
+      if (c.role == Role::resident) return "resident";
+      return uploads_text(
+          steady_uploads(whole_entries(components, true), calls, budget - window, component));
+    }
+  }
+  return "";
 }
 
 }  // namespace omni::offload

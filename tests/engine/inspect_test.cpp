@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "engine/wan_a14b_fixture.h"
 #include "engine/wan_tensor_layout.h"
@@ -21,6 +22,7 @@
 #include "omni/models/wan/wan_transformer.h"
 #include "omni/offload/backend.h"
 #include "omni/omni.h"
+#include "omni/pipelines/wan_pipeline.h"
 #include "support/run_process.h"
 
 namespace fs = std::filesystem;
@@ -223,11 +225,15 @@ TEST_F(InspectA14B, ReportsTheArchitectureFromHeadersAlone) {
   EXPECT_EQ(vae->note, "");
 
   // max(encoder, largest DiT) + VAE, and the sum.
-  const std::uint64_t dit = 2 * kExpertParameters, enc = 2 * kEncoderParameters,
+  // A DiT loads its bf16 weights and computes two float32 RoPE tables of
+  // 1024 × 128 (Note [Buffers the model computes]).
+  constexpr std::uint64_t kRope = 2 * 1024 * 128 * 4;
+  const std::uint64_t dit = 2 * kExpertParameters + kRope, enc = 2 * kEncoderParameters,
                       vae_bytes = 4 * vae_parameters;
+  EXPECT_EQ(plan.component("transformer")->computed_bytes, kRope);
   EXPECT_EQ(plan.planned_peak_with_offload_bytes, std::max(dit, enc) + vae_bytes);
   EXPECT_EQ(plan.planned_peak_without_offload_bytes, 2 * dit + enc + vae_bytes);
-  EXPECT_EQ(plan.bytes, plan.planned_peak_without_offload_bytes);
+  EXPECT_EQ(plan.bytes + 2 * kRope, plan.planned_peak_without_offload_bytes);
   EXPECT_EQ(plan.parameters, 2 * kExpertParameters + kEncoderParameters + vae_parameters);
   EXPECT_EQ(plan.by_dtype.at(DType::BF16).parameters, 2 * kExpertParameters + kEncoderParameters);
   EXPECT_EQ(plan.by_dtype.at(DType::F32).parameters, vae_parameters);
@@ -258,7 +264,7 @@ TEST_F(InspectA14B, TheBinaryPrintsTheTableAndWritesJson) {
   EXPECT_EQ(json["pipeline_class"], "WanPipeline");
   EXPECT_EQ(json["components"][3]["parameters"].get<std::uint64_t>(), kExpertParameters);
   EXPECT_EQ(json["planned_peak_without_offload_bytes"].get<std::uint64_t>(),
-            json["bytes"].get<std::uint64_t>());
+            json["load_bytes"].get<std::uint64_t>());
 }
 
 // ---- Broken directories -----------------------------------------------------
@@ -300,8 +306,9 @@ TEST_F(InspectErrors, TheTinyPipelineIsFine) {
   EXPECT_EQ(dit->parameters,
             static_cast<std::uint64_t>(WanTransformer3DModelImpl::parameter_count(config)));
   EXPECT_EQ(dit->note, "");
+  EXPECT_EQ(dit->load_bytes, dit->bytes + dit->computed_bytes);
   EXPECT_EQ(plan.planned_peak_with_offload_bytes,
-            dit->bytes + plan.component("vae")->bytes);  // no encoder here
+            dit->load_bytes + plan.component("vae")->load_bytes);  // no encoder here
 }
 
 // Note [Tied weights in a checkpoint]: the reference UMT5 checkpoint stores
@@ -473,4 +480,161 @@ TEST_F(InspectA14B, HostMemoryPlanWithAndWithoutABudget) {
     EXPECT_NE(r.out.find("host memory for weights"), std::string::npos) << r.out;
     if (std::getenv("OMNI_PRINT_A14B_PLAN")) std::printf("%s\n", r.out.c_str());
   }
+}
+
+// ---- The device plan (omni inspect --device-memory-budget) -------------------
+
+namespace {
+
+fs::path tiny_shapes() {
+  return fs::path(OMNI_SOURCE_DIR) / "models" / "tiny-shapes";
+}
+
+std::uint64_t sum_load_bytes(const omni::ModelPlan& plan) {
+  std::uint64_t total = 0;
+  for (const auto& c : plan.components) total += c.load_bytes;
+  return total;
+}
+
+const omni::offload::ModeEstimate& mode(const omni::DevicePlan& d, omni::offload::PolicyKind k) {
+  for (const auto& m : d.modes)
+    if (m.kind == k) return m;
+  throw std::runtime_error("no such mode");
+}
+
+}  // namespace
+
+// The block groups read off a checkpoint's tensor names are the ones the
+// loaded modules give (Note [Block groups]), and a default request's calls
+// read from the directory are the loaded pipeline's.
+TEST(InspectDevicePlan, NamesGiveTheLoadedModulesGroupsAndCalls) {
+  const auto plan = omni::inspect_model(tiny_shapes().string());
+  const auto pipe = omni::pipelines::WanPipeline::load(tiny_shapes());
+  for (const auto& r : omni::offload::resolve_components(*pipe, pipe->components(), false)) {
+    const auto loaded = omni::offload::measure_component(r.path, r.role, *r.module);
+    const auto* c = plan.component(r.path);
+    ASSERT_NE(c, nullptr) << r.path;
+    EXPECT_EQ(c->load_bytes, loaded.bytes) << r.path;
+    EXPECT_EQ(c->block_bytes, loaded.block_bytes) << r.path;
+    EXPECT_EQ(c->largest_block, loaded.largest_block) << r.path;
+    EXPECT_EQ(c->largest_group, loaded.largest_group) << r.path;
+  }
+  EXPECT_GT(plan.component("transformer")->block_bytes, 0u);
+  EXPECT_GT(plan.component("text_encoder")->block_bytes, 0u) << "encoder.block.N";
+  omni::pipelines::GenerationRequest probe;
+  probe.prompt = "a red circle";
+  EXPECT_EQ(omni::pipelines::WanPipeline::default_call_schedule(tiny_shapes()),
+            pipe->call_schedule(pipe->resolve(probe)));
+}
+
+// What inspect plans is what `--offload auto` picks once the model loads, at
+// budgets around the sizes that separate the modes; where inspect finds no
+// mode, loading fails too. tiny-shapes has a directory's headers (its VAE is
+// too large beside a DiT's fixed part for layerwise); the built-in example
+// reaches layerwise.
+TEST(InspectDevicePlan, PicksWhatOffloadAutoPicksWhenLoaded) {
+  std::set<omni::offload::PolicyKind> seen;
+  for (const auto& model : {tiny_shapes().string(), std::string("example:wan-shaped")}) {
+    const auto sizes = omni::inspect_model(model);
+    const auto total = sum_load_bytes(sizes);
+    const auto dit = sizes.component("transformer")->load_bytes;
+    const auto vae = sizes.component("vae")->load_bytes;
+    for (const auto budget : {total + 1, total - 1, dit + vae + 1, dit - 1}) {
+      omni::InspectOptions options;
+      options.device_memory_budget_bytes = budget;
+      const auto plan = omni::inspect_model(model, options);
+      ASSERT_TRUE(plan.device_plan);
+      const auto& d = *plan.device_plan;
+      omni::EngineArgs args;
+      args.model = model;
+      args.device = "sim";
+      args.offload_auto = true;
+      args.offload.device_memory_budget = budget;
+      args.offload.quiet = true;
+      if (!d.choice) {
+        EXPECT_THROW(omni::Omni{args}, omni::ConfigError) << model << " " << budget;
+        continue;
+      }
+      omni::Omni engine(args);
+      ASSERT_TRUE(engine.offload_choice());
+      EXPECT_EQ(d.choice->kind, engine.offload_choice()->kind) << model << " " << budget;
+      EXPECT_EQ(d.choice->bytes_per_request, engine.offload_choice()->bytes_per_request) << model;
+      EXPECT_EQ(d.choice->why, engine.offload_choice()->why) << model;
+      seen.insert(d.choice->kind);
+      // The chosen mode's row agrees, and every mode that runs stays within the budget.
+      EXPECT_TRUE(mode(d, d.choice->kind).runs);
+      for (const auto& m : d.modes)
+        if (m.runs) EXPECT_LE(m.planned_peak_bytes, budget) << to_string(m.kind);
+    }
+  }
+  EXPECT_TRUE(seen.contains(omni::offload::PolicyKind::all_resident));
+  EXPECT_TRUE(seen.contains(omni::offload::PolicyKind::budget));
+  EXPECT_TRUE(seen.contains(omni::offload::PolicyKind::layerwise));
+}
+
+// The real configs: a 24 GB card cannot hold one 28.6 GB expert, so only
+// layerwise runs; a 48 GB card holds the encoder beside an expert, so the
+// budget keeps it across phases and uploads less than model-level swaps; an
+// 80 GB card holds everything.
+TEST_F(InspectA14B, DevicePlanOnCardsOfEachSize) {
+  const auto plan_for = [&](std::uint64_t budget) {
+    omni::InspectOptions options;
+    options.device_memory_budget_bytes = budget;
+    auto plan = omni::inspect_model(dir().string(), options);
+    EXPECT_TRUE(plan.device_plan);
+    return plan;
+  };
+  using omni::offload::PolicyKind;
+  const auto small = plan_for(20ull << 30);
+  const auto& expert = *small.component("transformer");
+  EXPECT_EQ(expert.largest_block * 40, expert.block_bytes) << "40 blocks of one size";
+  EXPECT_GT(expert.load_bytes - expert.block_bytes, 0u);
+  EXPECT_LT(expert.load_bytes - expert.block_bytes, expert.load_bytes / 20);
+  const auto& d = *small.device_plan;
+  std::map<std::string, int> calls;
+  for (const auto& c : d.calls) ++calls[c];
+  EXPECT_EQ(calls["text_encoder"], 2);
+  EXPECT_EQ(calls["transformer"] + calls["transformer_2"], 80) << "40 steps with CFG";
+  EXPECT_GT(calls["transformer"], 0);
+  EXPECT_GT(calls["transformer_2"], 0);
+  EXPECT_EQ(calls["vae"], 1);
+  ASSERT_TRUE(d.choice) << d.no_choice;
+  EXPECT_EQ(d.choice->kind, PolicyKind::layerwise);
+  EXPECT_FALSE(mode(d, PolicyKind::all_resident).runs);
+  EXPECT_FALSE(mode(d, PolicyKind::model_level).runs);
+  EXPECT_FALSE(mode(d, PolicyKind::budget).runs);
+  const auto& layerwise = mode(d, PolicyKind::layerwise);
+  EXPECT_LE(layerwise.planned_peak_bytes, 20ull << 30);
+  // Every DiT call streams its expert's blocks.
+  EXPECT_GE(layerwise.bytes_per_request, 80 * expert.block_bytes);
+  EXPECT_NE(d.placement.at("transformer").find("blocks stream"), std::string::npos);
+
+  const auto mid = plan_for(48ull << 30);
+  const auto& m = *mid.device_plan;
+  ASSERT_TRUE(m.choice);
+  EXPECT_EQ(m.choice->kind, PolicyKind::budget);
+  EXPECT_LT(mode(m, PolicyKind::budget).bytes_per_request,
+            mode(m, PolicyKind::model_level).bytes_per_request);
+  EXPECT_EQ(m.placement.at("text_encoder"), "stays resident");
+  EXPECT_EQ(m.placement.at("transformer"), "uploaded once per request");
+
+  const auto large = plan_for(80ull << 30);
+  ASSERT_TRUE(large.device_plan->choice);
+  EXPECT_EQ(large.device_plan->choice->kind, PolicyKind::all_resident);
+  EXPECT_EQ(mode(*large.device_plan, PolicyKind::all_resident).planned_peak_bytes,
+            sum_load_bytes(large));
+
+  // The CLI prints both tables and the pick; the JSON carries the same.
+  const auto r = omni::testing::run_process(
+      {OMNI_BINARY, "inspect", dir().string(), "--device-memory-budget", "20GiB", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(json["device_plan"]["auto"]["mode"], "layerwise");
+  EXPECT_EQ(json["device_plan"]["auto"]["bytes_per_request"], layerwise.bytes_per_request);
+  const auto table = omni::testing::run_process(
+      {OMNI_BINARY, "inspect", dir().string(), "--device-memory-budget", "20GiB"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("where the weights live"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("--offload auto: layerwise"), std::string::npos) << table.out;
+  if (std::getenv("OMNI_PRINT_A14B_PLAN")) std::printf("%s\n", table.out.c_str());
 }

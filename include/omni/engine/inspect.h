@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "omni/io/safetensors.h"
+#include "omni/offload/auto_plan.h"
 #include "omni/offload/components.h"
 #include "omni/offload/host_memory_plan.h"
 #include "omni/pipelines/dtype_spec.h"
@@ -66,9 +67,37 @@ struct ComponentPlan {
   // size (modules a model keeps in float32 are not counted apart).
   std::optional<io::DType> load_dtype;
   std::uint64_t load_bytes = 0;
+  // Of load_bytes: tensors the loaded module computes rather than reads
+  // (Note [Buffers the model computes], inspect.cpp), which offload homes
+  // like weights.
+  std::uint64_t computed_bytes = 0;
+  // Of load_bytes, by Note [Block groups] read off the tensor names: the
+  // bytes in `blocks.N`-style groups, the largest of them, and the largest
+  // group of any kind (what streaming and layerwise offload move at a time).
+  std::uint64_t block_bytes = 0;
+  std::uint64_t largest_block = 0;
+  std::uint64_t largest_group = 0;
   // Something a user should know (a count that disagrees with the config, a
   // config omni cannot read); empty when all is well.
   std::string note;
+};
+
+// `omni inspect --device-memory-budget`: what each offload mode would do
+// under the budget for one request with the model's defaults, and what
+// `--offload auto` would pick (Note [Choosing an offload mode]).
+struct DevicePlan {
+  std::uint64_t budget_bytes = 0;
+  std::size_t prefetch_blocks = 1;
+  std::vector<std::string> calls;  // one default request's component calls, in order
+  std::string calls_from;          // how they were found, for people
+  std::vector<offload::ModeEstimate> modes;
+  std::optional<offload::OffloadChoice> choice;  // nullopt: nothing runs under the budget
+  std::string no_choice;                         // why, then
+  // Where each component's weights spend a request under the choice.
+  std::map<std::string, std::string> placement;
+
+  // The calls, run-length: "text_encoder ×2, transformer ×24, …".
+  std::string calls_summary() const;
 };
 
 struct ModelPlan {
@@ -88,6 +117,8 @@ struct ModelPlan {
   std::uint64_t planned_peak_without_offload_bytes = 0;
   // Which homes are pinned and which mapped (Note [Mapped homes]).
   offload::HostMemoryPlan host_plan;
+  // With InspectOptions::device_memory_budget_bytes.
+  std::optional<DevicePlan> device_plan;
 
   const ComponentPlan* component(std::string_view name) const;
   // Every field, bytes as integers; roles and dtypes by name.
@@ -109,6 +140,9 @@ struct InspectOptions {
   // (Note [Mapped homes]).
   std::optional<std::uint64_t> host_memory_budget_bytes;
   std::uint64_t pinned_staging_bytes = 512ull << 20;
+  // `--device-memory-budget` (nullopt: no device plan) and `--prefetch-blocks`.
+  std::optional<std::uint64_t> device_memory_budget_bytes;
+  std::size_t prefetch_blocks = 1;
 };
 
 ModelPlan inspect_model(const std::string& model, const InspectOptions& options = {});

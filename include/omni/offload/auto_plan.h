@@ -52,6 +52,13 @@ bool is_block_group(const std::string& group);
 // The sizes of `module`'s weights as `name` with `role`, from the tensors alone.
 ComponentSize measure_component(const std::string& name, Role role, torch::nn::Module& module);
 
+// The same from a checkpoint's tensor names and (loaded) byte sizes, before
+// anything loads: Note [Block groups] read off the names — a group is the
+// shallowest path that holds tensors of its own or ends in an index.
+ComponentSize measure_named_tensors(
+    const std::string& name, Role role,
+    const std::vector<std::pair<std::string, std::uint64_t>>& tensor_bytes);
+
 struct OffloadChoice {
   PolicyKind kind = PolicyKind::all_resident;
   bool streaming = true;           // model-level: streamed swaps
@@ -72,5 +79,27 @@ OffloadChoice choose_offload(const std::vector<ComponentSize>& components,
 std::uint64_t bytes_per_request(PolicyKind kind, const std::vector<ComponentSize>& components,
                                 std::uint64_t budget_bytes, std::size_t prefetch_blocks,
                                 const std::vector<std::size_t>& calls);
+
+// What each mode would do under the budget, for `omni inspect
+// --device-memory-budget`: whether it runs, its planned peak of weight bytes
+// (model-level streamed: the planned peak + 2 × the largest block group;
+// budget and layerwise: the most their exact plan holds at once) and the
+// bytes it uploads per request in the steady state.
+struct ModeEstimate {
+  PolicyKind kind = PolicyKind::all_resident;
+  bool runs = false;
+  std::uint64_t planned_peak_bytes = 0;
+  std::uint64_t bytes_per_request = 0;
+  std::string why_not;  // when it does not run
+};
+std::vector<ModeEstimate> estimate_modes(const std::vector<ComponentSize>& components,
+                                         std::uint64_t budget_bytes, std::size_t prefetch_blocks,
+                                         const std::vector<std::size_t>& calls);
+
+// Where `component`'s weights spend a request under `kind` (steady state), in
+// a few words: "resident", "uploaded once per request", "blocks stream", ….
+std::string device_placement(PolicyKind kind, const std::vector<ComponentSize>& components,
+                             std::size_t component, std::uint64_t budget_bytes,
+                             std::size_t prefetch_blocks, const std::vector<std::size_t>& calls);
 
 }  // namespace omni::offload
