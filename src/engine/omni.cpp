@@ -94,6 +94,8 @@ Omni::Omni(EngineArgs args) : args_(std::move(args)), prompt_cache_(args_.prompt
       ring = std::make_shared<offload::StagingRing>(*device_, args_.pinned_staging_bytes);
     offload_options.mapped_homes = {plan, ring};
   }
+  if (device_->supports_offload() && !args_.offload_auto)
+    check_budget_before_loading(policy, load.dtype);
   pipeline_ = pipelines::load_pipeline(args_.model, load);
   if (args_.offload_auto && device_->supports_offload()) {
     policy = choose_policy();
@@ -111,6 +113,21 @@ void Omni::add_host_plan(offload::OffloadReport& report) const {
   report.host_plan = *host_plan_;
   report.mapped_host_bytes = host_plan_->mapped_bytes();
   report.staging_host_bytes = host_plan_->maps_any() ? host_plan_->staging_bytes : 0;
+}
+
+// A budget that cannot run the policy is a ConfigError naming the sizes
+// before any weight loads: the same arithmetic from the headers
+// (omni inspect's device plan). OffloadBackend checks again once loaded.
+void Omni::check_budget_before_loading(offload::PolicyKind policy,
+                                       const pipelines::DtypeSpec& dtype) const {
+  if (policy != offload::PolicyKind::budget && policy != offload::PolicyKind::layerwise) return;
+  InspectOptions options;
+  options.dtype = dtype;
+  options.device_memory_budget_bytes = offload::device_budget(*device_, args_.offload);
+  options.prefetch_blocks = args_.offload.prefetch_blocks;
+  const auto plan = inspect_model(args_.model, options);
+  for (const auto& mode : plan.device_plan->modes)
+    OMNI_CHECK(mode.kind != policy || mode.runs, ConfigError, mode.why_not);
 }
 
 // Note [Choosing an offload mode]: the sizes of the loaded components, the
