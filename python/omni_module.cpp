@@ -229,7 +229,9 @@ PYBIND11_MODULE(_omni, m) {
                        const std::vector<std::string>& split_components,
                        const std::optional<ByteSize>& device_memory_budget,
                        const std::optional<ByteSize>& reserve_memory, bool enable_layerwise_offload,
-                       std::size_t prefetch_blocks, bool offload_auto) {
+                       std::size_t prefetch_blocks, bool offload_auto,
+                       const std::optional<ByteSize>& host_memory_budget,
+                       const ByteSize& pinned_staging) {
              omni::EngineArgs args;
              args.model = model;
              args.enable_cpu_offload = enable_cpu_offload;
@@ -249,6 +251,8 @@ PYBIND11_MODULE(_omni, m) {
              args.enable_layerwise_offload = enable_layerwise_offload;
              args.offload.prefetch_blocks = prefetch_blocks;
              args.offload_auto = offload_auto;
+             if (host_memory_budget) args.host_memory_budget_bytes = to_bytes(*host_memory_budget);
+             args.pinned_staging_bytes = to_bytes(pinned_staging);
              return std::make_unique<Engine>(std::move(args));
            }),
            py::arg("model"), py::kw_only(), py::arg("enable_cpu_offload"), py::arg("device"),
@@ -257,6 +261,7 @@ PYBIND11_MODULE(_omni, m) {
            py::arg("max_pin_chunk_bytes"), py::arg("split_components"),
            py::arg("device_memory_budget"), py::arg("reserve_memory"),
            py::arg("enable_layerwise_offload"), py::arg("prefetch_blocks"), py::arg("offload_auto"),
+           py::arg("host_memory_budget"), py::arg("pinned_staging"),
            "Loads the model and enables offload (GIL released). Errors: omni's classes.")
       .def(
           "generate",

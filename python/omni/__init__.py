@@ -113,6 +113,10 @@ class Omni:
     reserve_memory: device bytes kept free of weights (the CLI's --reserve-memory).
     enable_layerwise_offload: DiT blocks stream through every call, for a device smaller than one
         DiT (the CLI's --enable-layerwise-offload); prefetch_blocks: blocks uploaded ahead.
+    host_memory_budget: host memory for the weights, bytes or a size such as "16GiB" (the
+        CLI's --host-memory-budget; with enable_cpu_offload): components whose pinned homes do
+        not fit keep their home in the mapped checkpoint and upload through a pinned staging
+        ring of pinned_staging bytes (default "512MiB", part of the budget).
     offload: "auto" chooses the offload mode from the component sizes and the budget (the CLI's
         --offload auto); None (default) follows the keywords above.
     vae_use_tiling: the VAE decodes frames larger than 256x256 in overlapping, blended tiles
@@ -145,6 +149,8 @@ class Omni:
         enable_layerwise_offload: bool = False,
         prefetch_blocks: int = 1,
         offload: Optional[str] = None,
+        host_memory_budget: Union[int, str, None] = None,
+        pinned_staging: Union[int, str] = "512MiB",
         vae_use_tiling: Optional[bool] = None,
         boundary_ratio: Optional[float] = None,
         flow_shift: Optional[float] = None,
@@ -178,6 +184,8 @@ class Omni:
             enable_layerwise_offload=bool(enable_layerwise_offload),
             prefetch_blocks=int(prefetch_blocks),
             offload_auto=offload == "auto",
+            host_memory_budget=host_memory_budget,
+            pinned_staging=pinned_staging,
         )
 
     def generate(

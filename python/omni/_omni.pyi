@@ -23,6 +23,13 @@ class Engine:
         pin_memory: bool,
         max_pin_chunk_bytes: int,
         split_components: Sequence[str],
+        device_memory_budget: Union[int, str, None],
+        reserve_memory: Union[int, str, None],
+        enable_layerwise_offload: bool,
+        prefetch_blocks: int,
+        offload_auto: bool,
+        host_memory_budget: Union[int, str, None],
+        pinned_staging: Union[int, str],
     ) -> None: ...
     def generate(
         self,

@@ -142,6 +142,10 @@ int generate(const GenerateOptions& o) {
     request.width = w;
     request.height = h;
   }
+  LoadBar load_bar;
+  args.offload.home_progress = [&](std::uint64_t done, std::uint64_t total) {
+    load_bar.update(done, total);
+  };
   Omni omni(args);
   if (omni.device().is_stand_in() && !o.quiet)
     std::cerr << "omni: device sim is a simulated stand-in accelerator (host memory); its "

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/offload_flags.h"
+#include "cli/progress_bar.h"
 #include "omni/error.h"
 #include "omni/omni.h"
 
@@ -121,6 +122,10 @@ int serve(ServeOptions& o) {
   o.offload_flags.apply(args);
   args.prompt_cache_bytes = device::parse_byte_size(o.prompt_cache);
   o.server.max_body_bytes = device::parse_byte_size(o.max_body);
+  args.offload.home_progress = [bar = std::make_shared<LoadBar>()](std::uint64_t done,
+                                                                   std::uint64_t total) {
+    bar->update(done, total);
+  };
 
   SignalWaiter signals;  // Note [Signals in omni serve]
   server::Server server(args, o.server);

@@ -543,6 +543,9 @@ void OffloadBackend::adopt(const std::vector<ResolvedComponent>& resolved) {
   auto point_at_home = [this](TensorSlot& slot) {
     rebind(slot.live, device_.offloaded_view(slot.home));
   };
+  std::uint64_t done = 0, total = 0;
+  for (std::size_t i = first; i < components_.size(); ++i) total += components_[i].bytes;
+  const auto& progress = options_.home_progress;
   for (std::size_t i = first; i < components_.size(); ++i) {
     auto& c = components_[i];
     std::vector<TensorSlot> rebound;  // of this component, until its home is complete
@@ -551,6 +554,8 @@ void OffloadBackend::adopt(const std::vector<ResolvedComponent>& resolved) {
                                &pin_refused_, [&](TensorSlot& slot) {
                                  point_at_home(slot);
                                  rebound.push_back(slot);
+                                 done += slot.bytes;
+                                 if (progress) progress(done, total);
                                });
     } catch (...) {
       for (auto& slot : rebound) restore(slot);

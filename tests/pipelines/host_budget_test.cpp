@@ -5,7 +5,10 @@
 
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "omni/omni.h"
 #include "omni/pipelines/wan_pipeline.h"
@@ -95,4 +98,29 @@ TEST_F(HostBudgetTest, FramesAreBitwiseTheSameWithAndWithoutABudget) {
 
   EXPECT_THROW(generate_with(8 << 10, 16 << 10), omni::ConfigError)
       << "the budget must hold the ring";
+}
+
+// OffloadOptions::home_progress (the CLI's loading bar): bytes only grow, the
+// total is every component's weights, the last call reaches it; a mapped
+// home counts as filled as soon as it points at the file.
+TEST(HomeProgress, CountsEveryHomesBytesUpToTheTotal) {
+  for (const std::optional<std::uint64_t> budget :
+       {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{32 << 10}}) {
+    auto args = tiny_wan::engine_args(budget_dir(), /*offload=*/true);
+    args.host_memory_budget_bytes = budget;
+    args.pinned_staging_bytes = 16 << 10;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> calls;
+    args.offload.home_progress = [&](std::uint64_t done, std::uint64_t total) {
+      calls.emplace_back(done, total);
+    };
+    omni::Omni engine(args);
+    std::uint64_t weights = 0;
+    for (const auto& c : engine.offload_report().components) weights += c.bytes;
+    ASSERT_GT(calls.size(), 3u);
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(calls[i].second, weights);
+      if (i > 0) EXPECT_GT(calls[i].first, calls[i - 1].first);
+    }
+    EXPECT_EQ(calls.back().first, weights) << (budget ? "budget" : "no budget");
+  }
 }

@@ -114,6 +114,25 @@ def test_streaming_and_whole_swaps_give_the_same_frames_and_report_exposure():
         omni.Omni(MODEL, enable_cpu_offload=True, offload_streaming="sometimes")
 
 
+def test_a_host_memory_budget_maps_homes_and_keeps_the_frames():
+    request = dict(num_inference_steps=STEPS, num_frames=1, seed=4)
+    with omni.Omni(MODEL, enable_cpu_offload=True) as e:
+        reference = e.generate(PROMPT, **request)
+        assert e.offload_report()["mapped_host_bytes"] == 0
+    with omni.Omni(MODEL, enable_cpu_offload=True, host_memory_budget="3MiB",
+                   pinned_staging="1MiB") as e:
+        frames = e.generate(PROMPT, **request)
+        report = e.offload_report()
+    assert np.array_equal(frames, reference)
+    assert report["mapped_host_bytes"] > 0
+    assert report["staging_host_bytes"] == 1 << 20
+    kinds = {c["name"]: c["home"] for c in report["host_plan"]["components"]}
+    assert "mapped" in kinds.values() and "pinned" in kinds.values(), kinds
+    with pytest.raises(omni.ConfigError, match="staging"):
+        omni.Omni(MODEL, enable_cpu_offload=True, host_memory_budget="1MiB",
+                  pinned_staging="2MiB")
+
+
 def test_budget_layerwise_and_auto_modes_give_the_same_frames():
     shaped = "example:wan-shaped"  # blocks large against its VAE, unlike tiny-shapes
     request = dict(num_inference_steps=2, height=32, width=32, num_frames=5, seed=9)

@@ -47,6 +47,7 @@
 // at a time (the engine's worker). Hooks run on the thread calling forward.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,6 +92,11 @@ struct OffloadOptions {
   // Components whose homes stay in the mapped checkpoint under a host
   // memory budget, and their staging ring (Note [Mapped homes]).
   MappedHomes mapped_homes;
+  // Called as enable() fills the host homes (the bytes read from the
+  // checkpoint, the long part of loading a large model): bytes done so far
+  // and the bytes of every home, on enable()'s thread, after each tensor;
+  // the last call has done == total. Must not throw.
+  std::function<void(std::uint64_t done, std::uint64_t total)> home_progress;
 };
 
 class OffloadBackend : public SplitOffloadHost {
