@@ -301,7 +301,8 @@ std::string uploads_text(std::size_t n) {
 ModeEstimate estimate(PolicyKind kind, const std::vector<ComponentSize>& components,
                       std::uint64_t budget, std::size_t prefetch,
                       const std::vector<std::size_t>& calls) {
-  ModeEstimate m{kind};
+  ModeEstimate m;
+  m.kind = kind;
   std::uint64_t largest_group = 0;
   for (const auto& c : components) largest_group = std::max(largest_group, c.largest_group);
   try {
