@@ -17,6 +17,7 @@
 #include "omni/error.h"
 #include "omni/io/checkpoint.h"
 #include "omni/io/json_config.h"
+#include "omni/io/tokenizer.h"
 #include "omni/models/wan/autoencoder_kl_wan.h"
 #include "omni/models/wan/umt5_encoder.h"
 #include "omni/models/wan/wan_transformer.h"
@@ -508,6 +509,7 @@ const omni::offload::ModeEstimate& mode(const omni::DevicePlan& d, omni::offload
 // loaded modules give (Note [Block groups]), and a default request's calls
 // read from the directory are the loaded pipeline's.
 TEST(InspectDevicePlan, NamesGiveTheLoadedModulesGroupsAndCalls) {
+  if (!omni::io::Tokenizer::available()) GTEST_SKIP() << "built without OMNI_WITH_TOKENIZER";
   const auto plan = omni::inspect_model(tiny_shapes().string());
   const auto pipe = omni::pipelines::WanPipeline::load(tiny_shapes());
   for (const auto& r : omni::offload::resolve_components(*pipe, pipe->components(), false)) {
@@ -533,6 +535,7 @@ TEST(InspectDevicePlan, NamesGiveTheLoadedModulesGroupsAndCalls) {
 // too large beside a DiT's fixed part for layerwise); the built-in example
 // reaches layerwise.
 TEST(InspectDevicePlan, PicksWhatOffloadAutoPicksWhenLoaded) {
+  if (!omni::io::Tokenizer::available()) GTEST_SKIP() << "built without OMNI_WITH_TOKENIZER";
   std::set<omni::offload::PolicyKind> seen;
   for (const auto& model : {tiny_shapes().string(), std::string("example:wan-shaped")}) {
     const auto sizes = omni::inspect_model(model);

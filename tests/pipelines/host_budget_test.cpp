@@ -103,7 +103,7 @@ TEST_F(HostBudgetTest, FramesAreBitwiseTheSameWithAndWithoutABudget) {
 // OffloadOptions::home_progress (the CLI's loading bar): bytes only grow, the
 // total is every component's weights, the last call reaches it; a mapped
 // home counts as filled as soon as it points at the file.
-TEST(HomeProgress, CountsEveryHomesBytesUpToTheTotal) {
+TEST_F(HostBudgetTest, HomeProgressCountsEveryHomesBytesUpToTheTotal) {
   for (const std::optional<std::uint64_t> budget :
        {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{32 << 10}}) {
     auto args = tiny_wan::engine_args(budget_dir(), /*offload=*/true);

@@ -130,7 +130,12 @@ TEST(ServerLoad, MemoryDoesNotGrowOverAHundredRequests) {
             << " requests " << rss_mib[1] << ", " << rss_mib[2] << ", " << rss_mib[3] << " MiB; "
             << seconds * 1000 / (3 * kRound) << " ms per image request\n";
   const double late_growth = std::min(rss_mib[2] - rss_mib[1], rss_mib[3] - rss_mib[2]);
-  EXPECT_LT(late_growth, 4.0) << "RSS grows every round: a leak";
+#ifdef __SANITIZE_ADDRESS__
+  constexpr double kLateGrowthMiB = 16.0;  // ASan's quarantine keeps filling for a while
+#else
+  constexpr double kLateGrowthMiB = 4.0;
+#endif
+  EXPECT_LT(late_growth, kLateGrowthMiB) << "RSS grows every round: a leak";
   EXPECT_LT(rss_mib[3] - rss_mib[0], 48.0);
 }
 
