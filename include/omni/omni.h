@@ -151,8 +151,6 @@ class Omni {
   // Runs resolved `results[i].request`s as one backend request (one
   // pipeline run, or run_batch for several) and fills in the results.
   void run_resolved(std::vector<GenerateResult>& results, const pipelines::ProgressFn& progress);
-  void check_budget_before_loading(offload::PolicyKind policy,
-                                   const pipelines::DtypeSpec& dtype) const;
 
   EngineArgs args_;
   std::unique_ptr<device::Device> device_;

@@ -2,6 +2,7 @@
 // loading weights into their host homes (bytes and GB/s).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -10,6 +11,14 @@
 #include <unistd.h>
 
 namespace omni::cli {
+
+// "#########....................." for `fraction` (0..1) of 30 cells.
+inline std::string bar_of(double fraction) {
+  constexpr int width = 30;
+  std::string bar(static_cast<std::size_t>(width * std::clamp(fraction, 0.0, 1.0)), '#');
+  bar.resize(width, '.');
+  return bar;
+}
 
 class ProgressBar {
  public:
@@ -22,10 +31,7 @@ class ProgressBar {
     const double elapsed = std::chrono::duration<double>(now - start_).count();
     const double rate = elapsed > 0 ? step / elapsed : 0;
     const double eta = rate > 0 ? (total - step) / rate : 0;
-    constexpr int width = 30;
-    const int filled = total > 0 ? width * step / total : width;
-    std::string bar(filled, '#');
-    bar.resize(width, '.');
+    const auto bar = bar_of(total > 0 ? static_cast<double>(step) / total : 1.0);
     std::fprintf(out_, "\r  denoising [%s] %d/%d  %.2f steps/s  ETA %.1fs ", bar.c_str(), step,
                  total, rate, eta);
     if (step == total) std::fprintf(out_, "\n");
@@ -51,9 +57,7 @@ class LoadBar {
     if (done < total && now - drawn_ < std::chrono::milliseconds(100)) return;
     drawn_ = now;
     const double seconds = std::chrono::duration<double>(now - start_).count();
-    constexpr int width = 30;
-    std::string bar(static_cast<std::size_t>(width * static_cast<double>(done) / total), '#');
-    bar.resize(width, '.');
+    const auto bar = bar_of(static_cast<double>(done) / total);
     std::fprintf(out_, "\r  loading weights [%s] %.2f/%.2f GB  %.2f GB/s ", bar.c_str(), done / 1e9,
                  total / 1e9, seconds > 0 ? done / 1e9 / seconds : 0.0);
     if (done == total) std::fprintf(out_, "\n");

@@ -69,6 +69,16 @@ std::vector<std::filesystem::path> GenerateResult::save(const std::filesystem::p
   return io::write_frames(path, frames, fps);
 }
 
+namespace {
+// A budget that cannot run the policy is a ConfigError naming the sizes
+// before any weight loads: the same arithmetic from the headers
+// (omni inspect's device plan). OffloadBackend checks again once loaded.
+void check_budget_before_loading(offload::PolicyKind policy, const DevicePlan& plan) {
+  for (const auto& mode : plan.modes)
+    OMNI_CHECK(mode.kind != policy || mode.runs, ConfigError, mode.why_not);
+}
+}  // namespace
+
 Omni::Omni(EngineArgs args) : args_(std::move(args)), prompt_cache_(args_.prompt_cache_bytes) {
   args_.validate();
   device::DeviceOptions options;
@@ -81,21 +91,32 @@ Omni::Omni(EngineArgs args) : args_(std::move(args)), prompt_cache_(args_.prompt
   load.dtype = pipelines::DtypeSpec::parse(args_.dtype);
   load.vae_tiling = args_.vae_tiling;
   auto offload_options = args_.offload;
-  if (offload && args_.host_memory_budget_bytes && device_->supports_offload()) {
-    // Plan, then load (Note [Mapped homes]): from the headers only.
+  // Plan, then load: from the headers only, one reading for both plans.
+  const bool plans_host = offload && args_.host_memory_budget_bytes && device_->supports_offload();
+  const bool checks_budget =
+      device_->supports_offload() && !args_.offload_auto &&
+      (policy == offload::PolicyKind::budget || policy == offload::PolicyKind::layerwise);
+  std::optional<ModelPlan> model_plan;
+  if (plans_host || checks_budget) {
     InspectOptions inspect_options;
     inspect_options.dtype = load.dtype;
-    const auto model_plan = inspect_model(args_.model, inspect_options);
+    if (checks_budget) {
+      inspect_options.device_memory_budget_bytes = offload::device_budget(*device_, args_.offload);
+      inspect_options.prefetch_blocks = args_.offload.prefetch_blocks;
+    }
+    model_plan = inspect_model(args_.model, inspect_options);
+  }
+  if (checks_budget) check_budget_before_loading(policy, *model_plan->device_plan);
+  if (plans_host) {
+    // Note [Mapped homes].
     host_plan_ =
-        plan_host_memory(model_plan, args_.host_memory_budget_bytes, args_.pinned_staging_bytes);
+        plan_host_memory(*model_plan, args_.host_memory_budget_bytes, args_.pinned_staging_bytes);
     auto plan = std::make_shared<const offload::HostMemoryPlan>(*host_plan_);
     std::shared_ptr<offload::StagingRing> ring;
     if (plan->maps_any())
       ring = std::make_shared<offload::StagingRing>(*device_, args_.pinned_staging_bytes);
     offload_options.mapped_homes = {plan, ring};
   }
-  if (device_->supports_offload() && !args_.offload_auto)
-    check_budget_before_loading(policy, load.dtype);
   pipeline_ = pipelines::load_pipeline(args_.model, load);
   if (args_.offload_auto && device_->supports_offload()) {
     policy = choose_policy();
@@ -113,21 +134,6 @@ void Omni::add_host_plan(offload::OffloadReport& report) const {
   report.host_plan = *host_plan_;
   report.mapped_host_bytes = host_plan_->mapped_bytes();
   report.staging_host_bytes = host_plan_->maps_any() ? host_plan_->staging_bytes : 0;
-}
-
-// A budget that cannot run the policy is a ConfigError naming the sizes
-// before any weight loads: the same arithmetic from the headers
-// (omni inspect's device plan). OffloadBackend checks again once loaded.
-void Omni::check_budget_before_loading(offload::PolicyKind policy,
-                                       const pipelines::DtypeSpec& dtype) const {
-  if (policy != offload::PolicyKind::budget && policy != offload::PolicyKind::layerwise) return;
-  InspectOptions options;
-  options.dtype = dtype;
-  options.device_memory_budget_bytes = offload::device_budget(*device_, args_.offload);
-  options.prefetch_blocks = args_.offload.prefetch_blocks;
-  const auto plan = inspect_model(args_.model, options);
-  for (const auto& mode : plan.device_plan->modes)
-    OMNI_CHECK(mode.kind != policy || mode.runs, ConfigError, mode.why_not);
 }
 
 // Note [Choosing an offload mode]: the sizes of the loaded components, the
