@@ -10,6 +10,7 @@
 #include "bench/checkpoint/checkpoint_bench.h"
 #include "bench/offload/offload_bench.h"
 #include "bench/soak/soak_bench.h"
+#include "bench/threads/threads_bench.h"
 #endif
 
 namespace omni::cli {
@@ -129,6 +130,28 @@ void add_soak_command(CLI::App& bench_cmd) {
       ->capture_default_str();
   cmd->callback([config] { std::exit(run_guarded([&] { return bench_soak(*config); })); });
 }
+
+void add_threads_command(CLI::App& bench_cmd) {
+  auto config = std::make_shared<bench::ThreadsBenchConfig>();
+  auto* cmd = bench_cmd.add_subcommand(
+      "threads",
+      "Generation time for each setting of LibTorch's intra-op threads and OpenBLAS' threads, "
+      "against the runtime's default (Note [CPU threads and BLAS])");
+  cmd->add_option("--model", config->model, "Model (a diffusers directory or example:wan-shaped)")
+      ->capture_default_str();
+  cmd->add_option("--device", config->device, "cpu | sim")->capture_default_str();
+  cmd->add_option("--steps", config->steps, "Denoising steps a generation")->capture_default_str();
+  cmd->add_option("--rounds", config->rounds, "Generations per setting (medians are printed)")
+      ->capture_default_str();
+  cmd->add_option("--json", config->json_path, "Write the figures as JSON");
+  cmd->callback([config] {
+    std::exit(run_guarded([&] {
+      config->validate();
+      std::cout << bench::run_threads_bench(*config, std::cerr).to_table();
+      return 0;
+    }));
+  });
+}
 #endif
 
 }  // namespace
@@ -181,8 +204,9 @@ void add_bench_command(CLI::App& app) {
   });
   add_soak_command(*bench_cmd);
   add_checkpoint_commands(*bench_cmd);
+  add_threads_command(*bench_cmd);
 #else
-  for (const char* name : {"offload", "soak", "load", "checkpoint"}) {
+  for (const char* name : {"offload", "soak", "load", "checkpoint", "threads"}) {
     auto* cmd = bench_cmd->add_subcommand(name, std::string("The ") + name + " benchmark");
     cmd->allow_extras();
     cmd->callback([] {

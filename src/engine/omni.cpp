@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "omni/device/cpu_threads.h"
 #include "omni/engine/inspect.h"
 #include "omni/error.h"
 #include "omni/io/image_writer.h"
@@ -81,6 +82,7 @@ void check_budget_before_loading(offload::PolicyKind policy, const DevicePlan& p
 
 Omni::Omni(EngineArgs args) : args_(std::move(args)), prompt_cache_(args_.prompt_cache_bytes) {
   args_.validate();
+  device::apply_default_cpu_threads();  // Note [CPU threads and BLAS]
   device::DeviceOptions options;
   options.sim_memory_bytes = args_.sim_memory_bytes;
   options.sim_link_gbps = args_.sim_link_gbps;

@@ -3,7 +3,6 @@
 
 #include <torch/torch.h>
 
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "omni/device/cpu_threads.h"
 #include "omni/io/checkpoint.h"
 #include "omni/io/json_config.h"
 #include "omni/io/tokenizer.h"
@@ -801,14 +801,11 @@ void TrainOptions::validate() const {
 // OpenMP's and OpenBLAS' worker threads spin while they wait, and against
 // other processes that made an expert step ~20× slower (7 s instead of
 // 0.4 s). So the programs run with OMP_WAIT_POLICY=PASSIVE
-// (ensure_passive_openmp), OpenBLAS with one thread (looked up at run time:
-// another BLAS simply lacks the symbol), and denormals flushed (tiny
-// gradients late in training are ~100× slower on x86).
+// (ensure_passive_openmp), OpenBLAS with one thread (Note [CPU threads and
+// BLAS]), and denormals flushed (tiny gradients late in training are ~100×
+// slower on x86).
 void configure_cpu(int threads) {
-  torch::set_num_threads(threads);
-  using SetThreads = void (*)(int);
-  if (auto* set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    set(1);
+  omni::device::set_cpu_threads({.intra_op = threads, .blas = 1});
   at::globalContext().setFlushDenormal(true);
 }
 
