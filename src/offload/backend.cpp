@@ -643,6 +643,16 @@ void OffloadBackend::enable(torch::nn::Module& root, const ComponentSpec& spec) 
     }
     delegate_ = delegate;
   } else {
+    // split_components names sub-components of a split model; silently
+    // ignoring it would run a mode the user did not ask for.
+    if (!options_.split_components.empty()) {
+      std::string names;
+      for (const auto& name : options_.split_components)
+        names += (names.empty() ? "" : ", ") + name;
+      throw ConfigError("split_components (" + names +
+                        ") applies only to a split model (one that registers its own "
+                        "sub-components); this model has none: leave split_components empty");
+    }
     // Resolve and plan before anything moves.
     auto resolved = resolve_components(root, spec, /*require_exclusion_groups=*/moves());
     std::vector<std::pair<Role, std::uint64_t>> sizes;

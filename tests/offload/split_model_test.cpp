@@ -208,3 +208,25 @@ TEST(SplitModel, LedgerRejectsTwoResidentSplitComponents) {
   ledger.transition(a, Residency::device);
   EXPECT_THROW(ledger.transition(b, Residency::device), ResidencyViolation);
 }
+
+// A model that registers no split components cannot honour split_components:
+// refused before anything moves, naming the option.
+TEST(SplitModel, SelectionOnAModelWithoutSplitComponentsIsRejected) {
+  toy::ToyPipeline p({"text_encoder"}, {"transformer"});
+  std::vector<torch::Tensor> before;
+  for (auto& param : p.parameters()) before.push_back(param.clone());
+  auto device = toy::sim();
+  offload::OffloadOptions options;
+  options.split_components = {"transformer"};
+  offload::ModelLevelOffloadBackend backend(*device, options);
+  try {
+    backend.enable(p, toy::spec({"transformer"}, {"text_encoder"}));
+    ADD_FAILURE() << "split_components was ignored";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("split_components (transformer)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(backend.enabled());
+  auto params = p.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i], before[i]));
+}
