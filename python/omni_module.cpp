@@ -268,8 +268,8 @@ PYBIND11_MODULE(_omni, m) {
           [](Engine& engine, const std::string& prompt, const std::string& negative_prompt,
              std::optional<int> height, std::optional<int> width, std::optional<int> num_frames,
              std::optional<int> num_inference_steps, std::optional<double> guidance_scale,
-             std::optional<double> guidance_scale_2, std::uint64_t seed,
-             const py::object& callback) {
+             std::optional<double> guidance_scale_2, std::optional<double> boundary_ratio,
+             std::optional<double> flow_shift, std::uint64_t seed, const py::object& callback) {
             omni::GenerationRequest request;
             request.prompt = prompt;
             request.negative_prompt = negative_prompt;
@@ -279,13 +279,15 @@ PYBIND11_MODULE(_omni, m) {
             request.steps = num_inference_steps;
             request.guidance_scale = guidance_scale;
             request.guidance_scale_2 = guidance_scale_2;
+            request.boundary_ratio = boundary_ratio;
+            request.flow_shift = flow_shift;
             request.seed = seed;
             return engine.generate(request, callback);
           },
           py::arg("prompt"), py::kw_only(), py::arg("negative_prompt"), py::arg("height"),
           py::arg("width"), py::arg("num_frames"), py::arg("num_inference_steps"),
-          py::arg("guidance_scale"), py::arg("guidance_scale_2"), py::arg("seed"),
-          py::arg("callback"),
+          py::arg("guidance_scale"), py::arg("guidance_scale_2"), py::arg("boundary_ratio"),
+          py::arg("flow_shift"), py::arg("seed"), py::arg("callback"),
           "Runs one request (GIL released; Note [The GIL and cancellation]); returns uint8 "
           "frames [F, H, W, 3].")
       .def("request_report_json", &Engine::request_report_json,

@@ -70,13 +70,6 @@ from . import _omni  # noqa: E402  (the extension raises the classes above)
 
 ProgressCallback = Callable[[int, int], Any]
 
-# vllm-omni's Omni keywords that this engine has no override for (see Omni).
-_NOT_OVERRIDABLE = {
-    "boundary_ratio": "the expert boundary comes from the model's model_index.json",
-    "flow_shift": "the schedule's shift comes from the model's scheduler_config.json",
-}
-
-
 def _dtype_spec(dtype: Any) -> str:
     """The C++ DtypeSpec text of a dtype, a torch.dtype or a {component: dtype} dict."""
     if isinstance(dtype, dict):
@@ -121,8 +114,10 @@ class Omni:
         --offload auto); None (default) follows the keywords above.
     vae_use_tiling: the VAE decodes frames larger than 256x256 in overlapping, blended tiles
         (default None: on, as the CLI's --vae-tiling on); False decodes in one piece.
-    boundary_ratio, flow_shift: vllm-omni's overrides; this engine takes both from the model's
-        files, so passing one raises NotImplementedError.
+    boundary_ratio, flow_shift: vllm-omni's overrides of the model's expert switch
+        (model_index.json's boundary_ratio, in (0, 1); two-expert models) and its scheduler's
+        shift (positive), for every request that does not set its own (generate's keywords).
+        None: the model's own. A model without such a thing raises InvalidRequest at generate.
 
     Loading releases the GIL. Errors: ConfigError, FormatError, DeviceOutOfMemory (with the C++
     message); an unknown keyword is a TypeError. One thread uses an Omni at a time (a second
@@ -155,11 +150,8 @@ class Omni:
         boundary_ratio: Optional[float] = None,
         flow_shift: Optional[float] = None,
     ) -> None:
-        for name, value in (("boundary_ratio", boundary_ratio), ("flow_shift", flow_shift)):
-            if value is not None:
-                raise NotImplementedError(
-                    f"{name}={value!r}: this engine cannot override it ({_NOT_OVERRIDABLE[name]})"
-                )
+        self._boundary_ratio = boundary_ratio
+        self._flow_shift = flow_shift
         if offload_streaming not in ("on", "off", True, False):
             raise ConfigError(f"offload_streaming must be 'on' or 'off', got {offload_streaming!r}")
         if offload not in (None, "auto"):
@@ -199,6 +191,8 @@ class Omni:
         num_inference_steps: Optional[int] = None,
         guidance_scale: Optional[float] = None,
         guidance_scale_2: Optional[float] = None,
+        boundary_ratio: Optional[float] = None,
+        flow_shift: Optional[float] = None,
         seed: Optional[int] = None,
         generator: Any = None,
         output_type: str = "np",
@@ -213,6 +207,7 @@ class Omni:
 
         height, width, num_frames, num_inference_steps, guidance_scale, guidance_scale_2: the
         model's defaults when None (its omni_defaults.json, else diffusers' WanPipeline's).
+        boundary_ratio, flow_shift: this request's overrides (see Omni); None: the Omni's.
         seed: the same seed gives the same frames as `omni generate --seed` (0 when None).
         generator: a torch.Generator, honoured through its initial_seed() (instead of seed).
         callback(step, total): called after every denoising step, holding the GIL; an
@@ -239,6 +234,8 @@ class Omni:
             num_inference_steps=num_inference_steps,
             guidance_scale=guidance_scale,
             guidance_scale_2=guidance_scale_2,
+            boundary_ratio=self._boundary_ratio if boundary_ratio is None else boundary_ratio,
+            flow_shift=self._flow_shift if flow_shift is None else flow_shift,
             seed=_resolve_seed(seed, generator),
             callback=callback,
         )

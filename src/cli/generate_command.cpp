@@ -53,6 +53,8 @@ struct GenerateOptions {
   std::optional<int> num_frames;
   std::optional<double> guidance_scale;
   std::optional<double> guidance_scale_2;
+  std::optional<double> boundary_ratio;
+  std::optional<double> flow_shift;
   std::optional<int> fps;
   std::string output = "out.png";
   bool offload = false;
@@ -136,6 +138,8 @@ int generate(const GenerateOptions& o) {
   request.num_frames = o.num_frames;
   request.guidance_scale = o.guidance_scale;
   request.guidance_scale_2 = o.guidance_scale_2;
+  request.boundary_ratio = o.boundary_ratio;
+  request.flow_shift = o.flow_shift;
   request.fps = o.fps;
   if (!o.size.empty()) {
     const auto [w, h] = parse_size(o.size);
@@ -191,6 +195,11 @@ void add_generate_command(CLI::App& app) {
                   "CFG scale of the high-noise expert");
   cmd->add_option("--guidance-scale-2", options->guidance_scale_2,
                   "CFG scale of the low-noise expert");
+  cmd->add_option("--boundary-ratio", options->boundary_ratio,
+                  "Expert switch in (0, 1): the high-noise expert runs while t >= ratio x 1000 "
+                  "(model_index.json's if omitted)");
+  cmd->add_option("--flow-shift", options->flow_shift,
+                  "The scheduler's shift (its scheduler_config.json's if omitted)");
   cmd->add_option("--fps", options->fps, "Frames per second of an .mp4 (model default if omitted)");
   cmd->add_option("--output,-o", options->output,
                   "Output: .mp4 (H.264), .png (frame or contact sheet) or a pattern like "

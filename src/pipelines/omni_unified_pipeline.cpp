@@ -52,6 +52,10 @@ GenerationRequest OmniUnifiedPipeline::resolve(const GenerationRequest& in) cons
   OMNI_CHECK(!in.guidance_scale_2, InvalidRequest,
              "guidance_scale_2 needs a two-expert model; OmniUnifiedPipeline has a single "
              "generator (use guidance_scale)");
+  OMNI_CHECK(!in.boundary_ratio, InvalidRequest,
+             "boundary_ratio needs a two-expert model; OmniUnifiedPipeline has a single generator");
+  OMNI_CHECK(!in.flow_shift, InvalidRequest,
+             "flow_shift: OmniUnifiedPipeline uses its scheduler config's shift; omit it");
   return resolve_video_request(in, defaults_, transformer->generator->config(), vae->config(),
                                /*two_experts=*/false);
 }

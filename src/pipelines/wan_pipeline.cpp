@@ -21,18 +21,14 @@ void WanPipeline::set_max_sequence_length(std::int64_t length) {
   max_sequence_length_ = length;
 }
 
-std::unique_ptr<schedulers::Scheduler> WanPipeline::make_scheduler() const {
-  return schedulers::make_scheduler(scheduler_config_, scheduler_source_);
+std::unique_ptr<schedulers::Scheduler> WanPipeline::make_scheduler(
+    std::optional<double> flow_shift) const {
+  return schedulers::make_scheduler(scheduler_config_, scheduler_source_, {.shift = flow_shift});
 }
 
-std::optional<double> WanPipeline::boundary_timestep() const {
+std::optional<double> WanPipeline::boundary_timestep(std::optional<double> boundary_ratio) const {
   if (!config_.boundary_ratio) return std::nullopt;
-  return *config_.boundary_ratio * num_train_timesteps_;
-}
-
-int WanPipeline::expert_for(double t) const {
-  const auto boundary = boundary_timestep();
-  return !boundary || t >= *boundary ? 0 : 1;
+  return boundary_ratio.value_or(*config_.boundary_ratio) * num_train_timesteps_;
 }
 
 GenerationRequest WanPipeline::resolve(const GenerationRequest& in) const {
@@ -43,6 +39,9 @@ GenerationRequest WanPipeline::resolve(const GenerationRequest& in) const {
   OMNI_CHECK(two_experts || !in.guidance_scale_2, InvalidRequest,
              "guidance_scale_2 needs a two-expert model (boundary_ratio set); this one has a "
              "single transformer");
+  OMNI_CHECK(two_experts || !in.boundary_ratio, InvalidRequest,
+             "boundary_ratio needs a two-expert model (boundary_ratio set in model_index.json); "
+             "this one has a single transformer");
   return resolve_video_request(in, defaults_, transformer->config(), vae->config(), two_experts);
 }
 
@@ -54,9 +53,9 @@ std::vector<std::string> WanPipeline::batch_call_schedule(
     const std::vector<GenerationRequest>& requests) const {
   OMNI_INTERNAL_ASSERT(!requests.empty(), "the call schedule of an empty batch");
   const auto& r = requests.front();
-  auto scheduler = make_scheduler();
+  auto scheduler = make_scheduler(r.flow_shift);
   scheduler->set_timesteps(r.steps.value_or(1));
-  return wan_call_schedule(scheduler->timesteps(), boundary_timestep(),
+  return wan_call_schedule(scheduler->timesteps(), boundary_timestep(r.boundary_ratio),
                            r.guidance_scale.value_or(1.0) > 1.0, requests.size());
 }
 
@@ -126,11 +125,12 @@ DenoiseResult WanPipeline::denoise(const torch::Tensor& prompt_embeds,
   }
   latents = latents.to(torch::kFloat32);  // prepare_latents' dtype, whatever the model's
 
-  auto scheduler = make_scheduler();
+  auto scheduler = make_scheduler(args.flow_shift);
+  const auto boundary = boundary_timestep(args.boundary_ratio);
   return run_denoise_loop(
       *scheduler, latents, args.steps,
       [&](DenoiseStep& step, double t) {
-        step.expert = expert_for(t);
+        step.expert = !boundary || t >= *boundary ? 0 : 1;
         OMNI_INTERNAL_ASSERT(step.expert == 0 || has_transformer_2(),
                              "low-noise step without transformer_2");
         auto& model = step.expert == 0 ? transformer : transformer_2;
@@ -178,6 +178,8 @@ std::vector<GenerationOutput> WanPipeline::run_batch(const std::vector<Generatio
   args.steps = *first.steps;
   args.guidance_scale = *first.guidance_scale;
   args.guidance_scale_2 = first.guidance_scale_2;
+  args.boundary_ratio = first.boundary_ratio;
+  args.flow_shift = first.flow_shift;
   const auto result =
       denoise(torch::cat(prompt_embeds), cfg ? torch::cat(negative_embeds) : torch::Tensor(),
               torch::cat(latents), args, {}, ctx.progress);

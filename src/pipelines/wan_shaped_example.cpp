@@ -180,6 +180,9 @@ class WanShapedPipeline final : public Pipeline {
     if (!r.guidance_scale_2) r.guidance_scale_2 = 3.0;
     if (!r.fps) r.fps = 16;
     OMNI_CHECK(!r.prompt.empty(), InvalidRequest, "prompt must not be empty");
+    OMNI_CHECK(!r.boundary_ratio && !r.flow_shift, InvalidRequest,
+               "boundary_ratio and flow_shift: example:wan-shaped has a fixed schedule; omit them "
+               "(a diffusers WanPipeline directory takes them)");
     OMNI_CHECK(*r.steps >= 1 && *r.steps <= 1000, InvalidRequest, "steps must be in 1..1000, got ",
                *r.steps);
     OMNI_CHECK(*r.width >= 16 && *r.width % 16 == 0 && *r.width <= 4096, InvalidRequest,

@@ -77,6 +77,11 @@ GenerationRequest resolve_video_request(const GenerationRequest& in, const WanDe
   OMNI_CHECK(!r.guidance_scale_2 || std::isfinite(*r.guidance_scale_2), InvalidRequest,
              "guidance_scale_2 must be finite, got ", r.guidance_scale_2.value_or(0));
   OMNI_CHECK(*r.fps >= 1 && *r.fps <= 240, InvalidRequest, "fps must be in 1..240, got ", *r.fps);
+  OMNI_CHECK(!r.boundary_ratio || (*r.boundary_ratio > 0.0 && *r.boundary_ratio < 1.0),
+             InvalidRequest, "boundary_ratio must be in (0, 1), got ",
+             r.boundary_ratio.value_or(0));
+  OMNI_CHECK(!r.flow_shift || (std::isfinite(*r.flow_shift) && *r.flow_shift > 0.0), InvalidRequest,
+             "flow_shift must be a positive number, got ", r.flow_shift.value_or(0));
   return r;
 }
 
@@ -85,8 +90,13 @@ std::string video_batch_key(const GenerationRequest& r) {
   char guidance[80];
   std::snprintf(guidance, sizeof guidance, "%a,%a", r.guidance_scale.value_or(1.0),
                 r.guidance_scale_2.value_or(r.guidance_scale.value_or(1.0)));
+  char overrides[80] = "";
+  if (r.boundary_ratio || r.flow_shift)
+    std::snprintf(overrides, sizeof overrides, ",b%a,s%a", r.boundary_ratio.value_or(-1.0),
+                  r.flow_shift.value_or(-1.0));
   return detail::concat(r.width.value_or(0), "x", r.height.value_or(0), ",",
-                        r.num_frames.value_or(0), "f,", r.steps.value_or(0), "s,", guidance);
+                        r.num_frames.value_or(0), "f,", r.steps.value_or(0), "s,", guidance,
+                        overrides);
 }
 
 torch::Tensor prepare_video_latents(const models::wan::WanTransformer3DConfig& denoiser,

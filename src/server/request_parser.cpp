@@ -184,6 +184,10 @@ bool parse_common(const Fields& f, std::string& model, pipelines::GenerationRequ
   r.steps = f.int32("num_inference_steps", 1);
   r.guidance_scale = f.number("guidance_scale", 0.0, 1000.0);
   r.guidance_scale_2 = f.number("guidance_scale_2", 0.0, 1000.0);
+  // vllm-omni's overrides of the model's expert switch and scheduler shift;
+  // the pipeline refuses them where the model has no such thing.
+  r.boundary_ratio = f.number("boundary_ratio", 0.0, 1.0);
+  r.flow_shift = f.number("flow_shift", 0.0, 1000.0);
   const auto seed = f.seed("seed");
   r.seed = seed.value_or(0);
   return !seed.has_value();
@@ -206,8 +210,6 @@ ImageRequest parse_image(const Fields& f) {
 VideoRequest parse_video(const Fields& f) {
   f.unsupported("input_reference",
                 "image-to-video needs an image-conditioned model; send a text prompt only");
-  f.unsupported("boundary_ratio", "the model's own (model_index.json) is used; omit it");
-  f.unsupported("flow_shift", "the model's scheduler config is used; omit it");
   VideoRequest out;
   out.random_seed = parse_common(f, out.model, out.request);
   out.request.num_frames = f.int32("num_frames", 1);

@@ -49,10 +49,14 @@ def test_unknown_keywords_are_type_errors_naming_them(engine):
         engine.generate(PROMPT, steps=3)
 
 
-def test_vllm_omni_keywords_the_engine_cannot_honour_are_refused_by_name():
-    for keyword in ("boundary_ratio", "flow_shift"):
-        with pytest.raises(NotImplementedError, match=keyword):
-            omni.Omni(MODEL, **{keyword: 0.5})
+def test_vllm_omni_overrides_out_of_range_are_invalid_requests_naming_them(engine):
+    for keyword, bad in (("boundary_ratio", 1.5), ("flow_shift", -1.0)):
+        with pytest.raises(omni.InvalidRequest, match=keyword):
+            engine.generate(PROMPT, num_inference_steps=1, **{keyword: bad})
+    # The built-in example's schedule is fixed: it refuses both.
+    with omni.Omni("example:wan-shaped", flow_shift=5.0) as example:
+        with pytest.raises(omni.InvalidRequest, match="flow_shift"):
+            example.generate(PROMPT, num_inference_steps=1, num_frames=1)
     with omni.Omni(MODEL, vae_use_tiling=False) as untiled:  # what the engine does
         assert untiled.generate(PROMPT, num_inference_steps=1, num_frames=1).shape == (1, 64, 64, 3)
 

@@ -27,6 +27,12 @@ struct GenerationRequest {
   std::optional<double> guidance_scale;
   std::optional<double> guidance_scale_2;
   std::optional<int> fps;
+  // vllm-omni's per-request overrides; nullopt: the model's own. The expert
+  // switch, boundary_ratio × num_train_timesteps (two-expert models only,
+  // in (0, 1)), and the scheduler's shift (FlowMatch `shift`, UniPC
+  // `flow_shift`; positive).
+  std::optional<double> boundary_ratio;
+  std::optional<double> flow_shift;
 };
 
 // Called after every denoising step (step is 1-based).

@@ -164,12 +164,14 @@ class WanPipeline final : public Pipeline {
     return pipelines::to_uint8_frames(video);
   }
 
-  // A fresh scheduler from the directory's scheduler config.
-  std::unique_ptr<schedulers::Scheduler> make_scheduler() const;
-  // boundary_ratio × num_train_timesteps, or null for a single expert.
-  std::optional<double> boundary_timestep() const;
-  // The expert (0 or 1) that runs timestep t.
-  int expert_for(double t) const;
+  // A fresh scheduler from the directory's scheduler config; `flow_shift`
+  // replaces its shift (a request's override).
+  std::unique_ptr<schedulers::Scheduler> make_scheduler(
+      std::optional<double> flow_shift = std::nullopt) const;
+  // boundary_ratio × num_train_timesteps, or null for a single expert;
+  // `boundary_ratio` replaces the model's (a request's override).
+  std::optional<double> boundary_timestep(
+      std::optional<double> boundary_ratio = std::nullopt) const;
 
   const WanPipelineConfig& config() const { return config_; }
   const WanDefaults& defaults() const { return defaults_; }

@@ -54,6 +54,10 @@ struct DenoiseArgs {
   double guidance_scale = 4.0;
   // Used for transformer_2's steps; null means guidance_scale (as diffusers).
   std::optional<double> guidance_scale_2;
+  // The request's overrides of the model's expert switch and scheduler shift
+  // (GenerationRequest); null: the model's own.
+  std::optional<double> boundary_ratio;
+  std::optional<double> flow_shift;
   // The schedule step to start from, 0..steps−1: the latents are then already
   // noised to that step's sigma (a drawn clip denoised part of the way, as
   // omni-quality --from-sigma does). 0 is a whole generation.
