@@ -32,7 +32,9 @@ using omni::io::DType;
 using omni::offload::Role;
 using omni::testing::TensorLayout;
 
-namespace {
+// Named, not anonymous: in a unity build this file is included into another,
+// and GCC warns of fixtures with internal linkage there (-Wsubobject-linkage).
+namespace inspect_test {
 
 constexpr std::uint64_t kExpertParameters = 14'288'491'584ull;
 constexpr std::uint64_t kEncoderParameters = 5'680'910'336ull;
@@ -450,7 +452,8 @@ TEST(Inspect, BuiltInExampleMatchesWhatOffloadPlans) {
     EXPECT_EQ(plan.component(c.name)->bytes, c.bytes) << c.name;
 }
 
-}  // namespace
+}  // namespace inspect_test
+using namespace inspect_test;
 
 // Note [Mapped homes] on the real configs: without a budget every home is
 // pinned (the weights' whole size); under one, the pinned part stays within
@@ -485,7 +488,7 @@ TEST_F(InspectA14B, HostMemoryPlanWithAndWithoutABudget) {
 
 // ---- The device plan (omni inspect --device-memory-budget) -------------------
 
-namespace {
+namespace inspect_test {
 
 fs::path tiny_shapes() {
   return fs::path(OMNI_SOURCE_DIR) / "models" / "tiny-shapes";
@@ -503,7 +506,8 @@ const omni::offload::ModeEstimate& mode(const omni::DevicePlan& d, omni::offload
   throw std::runtime_error("no such mode");
 }
 
-}  // namespace
+}  // namespace inspect_test
+using namespace inspect_test;
 
 // The block groups read off a checkpoint's tensor names are the ones the
 // loaded modules give (Note [Block groups]), and a default request's calls

@@ -18,7 +18,9 @@ using omni::testing::add_to_hub_cache;
 using omni::testing::contains;
 using omni::testing::ScopedEnv;
 
-namespace {
+// Named, not anonymous: in a unity build this file is included into another,
+// and GCC warns of fixtures with internal linkage there (-Wsubobject-linkage).
+namespace hub_cache_test {
 
 constexpr const char* kCommitA = "0123456789abcdef0123456789abcdef01234567";
 constexpr const char* kCommitB = "fedcba9876543210fedcba9876543210fedcba98";
@@ -55,7 +57,8 @@ class HubCache : public omni::testing::ScratchDirTest {
   fs::path cache_;
 };
 
-}  // namespace
+}  // namespace hub_cache_test
+using namespace hub_cache_test;
 
 TEST(HubModelId, ParsesIdsAndRefusesPaths) {
   const auto id = HubModelId::parse("Wan-AI/Wan2.2-T2V-A14B-Diffusers");

@@ -25,7 +25,9 @@ using omni::InvalidRequest;
 using omni::io::Checkpoint;
 using omni::testing::contains;
 
-namespace {
+// Named, not anonymous: in a unity build this file is included into another,
+// and GCC warns of fixtures with internal linkage there (-Wsubobject-linkage).
+namespace omni_unified_transformer_test {
 
 class OmniUnifiedTransformerTest : public ::testing::Test {
  protected:
@@ -89,7 +91,8 @@ torch::Tensor ids(std::vector<std::int64_t> values) {
   return torch::tensor(values, torch::kInt64).unsqueeze(0);
 }
 
-}  // namespace
+}  // namespace omni_unified_transformer_test
+using namespace omni_unified_transformer_test;
 
 TEST_F(OmniUnifiedTransformerTest, ConfigReadsEveryField) {
   const auto c = config();

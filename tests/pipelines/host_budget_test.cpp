@@ -16,7 +16,9 @@
 
 namespace fs = std::filesystem;
 
-namespace {
+// Named, not anonymous: in a unity build this file is included into another,
+// and GCC warns of fixtures with internal linkage there (-Wsubobject-linkage).
+namespace host_budget_test {
 
 // The file whose mapping holds `address` in /proc/self/maps ("" for
 // anonymous memory).
@@ -54,7 +56,8 @@ omni::GenerateResult generate_with(std::optional<std::uint64_t> budget,
 
 class HostBudgetTest : public tiny_wan::TextPipelineTest {};
 
-}  // namespace
+}  // namespace host_budget_test
+using namespace host_budget_test;
 
 TEST(WeightsThatAliasTheFile, LoadedWeightsAreTheCheckpointsPagesUnlessConverted) {
   const auto dir = tiny_wan::make_pipeline(

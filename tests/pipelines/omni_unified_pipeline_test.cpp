@@ -22,7 +22,9 @@ using offload::ResidencyEvent;
 using omni::testing::contains;
 using pipelines::OmniUnifiedPipeline;
 
-namespace {
+// Named, not anonymous: in a unity build this file is included into another,
+// and GCC warns of fixtures with internal linkage there (-Wsubobject-linkage).
+namespace omni_unified_pipeline_test {
 
 namespace fs = std::filesystem;
 
@@ -97,7 +99,8 @@ void edit_json(const fs::path& path, const std::function<void(nlohmann::json&)>&
   tiny_wan::write_json(path, json);
 }
 
-}  // namespace
+}  // namespace omni_unified_pipeline_test
+using namespace omni_unified_pipeline_test;
 
 TEST_F(OmniUnifiedPipelineTest, RegisteredUnderItsClassName) {
   auto pipe = load_unified(unified_dir());

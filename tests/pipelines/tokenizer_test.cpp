@@ -14,7 +14,9 @@
 using omni::io::Tokenizer;
 namespace fs = std::filesystem;
 
-namespace {
+// Named, not anonymous: in a unity build this file is included into another,
+// and GCC warns of fixtures with internal linkage there (-Wsubobject-linkage).
+namespace tokenizer_test {
 
 class TokenizerTest : public ::testing::Test {
  protected:
@@ -53,7 +55,8 @@ std::vector<std::int64_t> spm_encode(const fs::path& model, const std::string& t
   return ids;
 }
 
-}  // namespace
+}  // namespace tokenizer_test
+using namespace tokenizer_test;
 
 TEST_F(TokenizerTest, SpecialIdsAreT5s) {
   const auto t = Tokenizer::from_file(*model_);

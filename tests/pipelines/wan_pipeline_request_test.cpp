@@ -13,7 +13,9 @@ using namespace omni;
 using pipelines::WanPipeline;
 namespace fs = std::filesystem;
 
-namespace {
+// Named, not anonymous: in a unity build this file is included into another,
+// and GCC warns of fixtures with internal linkage there (-Wsubobject-linkage).
+namespace wan_pipeline_request_test {
 
 class WanRequestTest : public ::testing::Test {
  protected:
@@ -67,7 +69,8 @@ class WanRequestTest : public ::testing::Test {
   static inline Omni* engine_ = nullptr;
 };
 
-}  // namespace
+}  // namespace wan_pipeline_request_test
+using namespace wan_pipeline_request_test;
 
 TEST_F(WanRequestTest, DefaultsAreTheWan22Recipe) {
   // The default size is the real model's; this tiny one's RoPE table is too

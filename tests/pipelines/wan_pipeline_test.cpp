@@ -17,7 +17,9 @@ using offload::Residency;
 using offload::ResidencyEvent;
 using pipelines::WanPipeline;
 
-namespace {
+// Named, not anonymous: in a unity build this file is included into another,
+// and GCC warns of fixtures with internal linkage there (-Wsubobject-linkage).
+namespace wan_pipeline_test {
 
 namespace fs = std::filesystem;
 
@@ -64,7 +66,8 @@ std::shared_ptr<WanPipeline> load(const fs::path& dir, const pipelines::LoadOpti
   return p;
 }
 
-}  // namespace
+}  // namespace wan_pipeline_test
+using namespace wan_pipeline_test;
 
 TEST_F(WanPipelineTest, RegisteredUnderItsClassName) {
   auto pipe = load(two_expert_dir());

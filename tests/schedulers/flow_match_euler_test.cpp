@@ -8,7 +8,9 @@
 using namespace omni::schedulers;
 using namespace omni::schedulers::testing;
 
-namespace {
+// Named, not anonymous: in a unity build this file is included into another,
+// and GCC warns of fixtures with internal linkage there (-Wsubobject-linkage).
+namespace flow_match_euler_test {
 
 class FlowMatchEulerFixture : public ::testing::TestWithParam<FixtureCase> {};
 
@@ -18,7 +20,8 @@ FlowMatchEulerScheduler make(double shift) {
   return FlowMatchEulerScheduler(config, "test");
 }
 
-}  // namespace
+}  // namespace flow_match_euler_test
+using namespace flow_match_euler_test;
 
 TEST_P(FlowMatchEulerFixture, MatchesReference) {
   check_against_fixture(GetParam().folder, GetParam().steps, TimestepMatch::kRelative1e6);

@@ -8,7 +8,9 @@
 using namespace omni::schedulers;
 using namespace omni::schedulers::testing;
 
-namespace {
+// Named, not anonymous: in a unity build this file is included into another,
+// and GCC warns of fixtures with internal linkage there (-Wsubobject-linkage).
+namespace unipc_multistep_test {
 
 class UniPCFixture : public ::testing::TestWithParam<FixtureCase> {};
 
@@ -18,7 +20,8 @@ UniPCConfig wan_config(double flow_shift) {
   return config;
 }
 
-}  // namespace
+}  // namespace unipc_multistep_test
+using namespace unipc_multistep_test;
 
 TEST_P(UniPCFixture, MatchesReference) {
   check_against_fixture(GetParam().folder, GetParam().steps, TimestepMatch::kExact);
