@@ -2,95 +2,23 @@
 """Regenerates reference_cases.{json,safetensors}: diffusers' schedulers on
 config values the Wan fixtures (tests/data/wan, README §4) do not cover.
 
-Usage: make_reference_cases.py DIFFUSERS_REPO
-DIFFUSERS_REPO is a diffusers clone (a bare one will do): the two scheduler
-modules are read from commit 58eb52c0803ea9af3abec60841c2a093bdf1f951 with
-`git show`. Needs python3-torch and python3-numpy (Debian 1.13.1 / 1.24 were
-used) and loads nothing else from diffusers: small stand-ins for the
-diffusers modules they import (config registration, output classes); none of
-those is on the numerical path. The loop is README §4's, on the fixture
-inputs; the float64 run is stored as F64 (not rounded to F32).
+Usage (from the repository root, after tools/fixtures/make_fixtures.py):
+    .venv/bin/python tests/schedulers/data/make_reference_cases.py
+Uses the pinned diffusers of the project environment (scripts/requirements.txt):
+UniPCMultistepScheduler and FlowMatchEulerDiscreteScheduler, built from the
+Wan fixture's config.json with the case's changes. The loop is README §4's,
+on that fixture's inputs; the float64 run is stored as F64 (not rounded to F32).
 """
-import inspect
 import json
 import pathlib
 import struct
-import subprocess
-import sys
-import types
-from dataclasses import dataclass
 
 import numpy as np
 import torch
+from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
 
 HERE = pathlib.Path(__file__).resolve().parent
 WAN = HERE.parent.parent / "data" / "wan"
-
-
-def install_stand_ins():
-    def register_to_config(init):
-        def inner(self, *args, **kwargs):
-            bound = inspect.signature(init).bind(self, *args, **kwargs)
-            bound.apply_defaults()
-            self._internal_dict = {k: v for k, v in bound.arguments.items() if k != "self"}
-            init(self, *args, **kwargs)
-        return inner
-
-    class ConfigMixin:
-        @property
-        def config(self):
-            return types.SimpleNamespace(**self._internal_dict)
-
-        def register_to_config(self, **kwargs):
-            self._internal_dict.update(kwargs)
-
-    class SchedulerMixin:
-        pass
-
-    class BaseOutput:
-        pass
-
-    @dataclass
-    class SchedulerOutput:
-        prev_sample: torch.Tensor
-
-    class Logging:
-        @staticmethod
-        def get_logger(name):
-            import logging
-            return logging.getLogger(name)
-
-    modules = {
-        "diffusers": {},
-        "diffusers.schedulers": {},
-        "diffusers.configuration_utils": {"ConfigMixin": ConfigMixin,
-                                          "register_to_config": register_to_config},
-        "diffusers.utils": {"BaseOutput": BaseOutput, "deprecate": lambda *a, **k: None,
-                            "is_scipy_available": lambda: False, "logging": Logging},
-        "diffusers.utils.torch_utils": {"randn_tensor": None},
-        "diffusers.schedulers.scheduling_utils": {
-            "KarrasDiffusionSchedulers": [], "SchedulerMixin": SchedulerMixin,
-            "SchedulerOutput": SchedulerOutput},
-    }
-    for name, attrs in modules.items():
-        module = types.ModuleType(name)
-        module.__path__ = []
-        module.__dict__.update(attrs)
-        sys.modules[name] = module
-
-
-COMMIT = "58eb52c0803ea9af3abec60841c2a093bdf1f951"
-
-
-def load_scheduler(repo, stem, class_name):
-    source = subprocess.run(
-        ["git", "-C", repo, "show", f"{COMMIT}:src/diffusers/schedulers/{stem}.py"],
-        check=True, capture_output=True, text=True).stdout
-    module = types.ModuleType(f"diffusers.schedulers.{stem}")
-    module.__package__ = "diffusers.schedulers"
-    sys.modules[module.__name__] = module
-    exec(compile(source, f"{stem}.py", "exec"), module.__dict__)
-    return getattr(module, class_name)
 
 
 def read_safetensors(path):
@@ -156,12 +84,9 @@ CASES = [
 
 
 def main():
-    install_stand_ins()
     classes = {
-        "UniPCMultistepScheduler": load_scheduler(sys.argv[1], "scheduling_unipc_multistep",
-                                                  "UniPCMultistepScheduler"),
-        "FlowMatchEulerDiscreteScheduler": load_scheduler(
-            sys.argv[1], "scheduling_flow_match_euler_discrete", "FlowMatchEulerDiscreteScheduler"),
+        "UniPCMultistepScheduler": UniPCMultistepScheduler,
+        "FlowMatchEulerDiscreteScheduler": FlowMatchEulerDiscreteScheduler,
     }
     listing, tensors = [], {}
     for name, fixture, changes, steps, begin_index in CASES:
