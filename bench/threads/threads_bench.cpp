@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <sstream>
+#include <thread>
 
 #include "bench/json_file.h"
 #include "omni/error.h"
@@ -27,12 +28,12 @@ double ThreadsRow::median() const {
 
 namespace {
 
-// The runtime's default first, then each pairing of one thread and all the
-// cores (LibTorch's own default) for intra-op and BLAS threads.
-std::vector<ThreadsRow> settings(const device::CpuThreads& at_start) {
+// The runtime's default first, then each pairing of one thread and every
+// core for intra-op and BLAS threads.
+std::vector<ThreadsRow> settings() {
   const auto chosen = device::default_cpu_threads();
   std::vector<ThreadsRow> rows{{chosen, true, {}}};
-  const int cores = std::max(1, at_start.intra_op);
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<int> counts{cores};
   if (cores > 1) counts.push_back(1);
   const std::vector<int> blas_counts = chosen.blas > 0 ? counts : std::vector<int>{0};
@@ -70,7 +71,7 @@ ThreadsBenchResult run_threads_bench(const ThreadsBenchConfig& config, std::ostr
 
   ThreadsBenchResult result;
   result.openblas = before.blas > 0;
-  result.rows = settings(before);
+  result.rows = settings();
   for (int round = 1; round <= config.rounds; ++round)
     for (auto& row : result.rows) {
       device::set_cpu_threads(row.threads);
