@@ -11,6 +11,7 @@
 #include "cli/offload_flags.h"
 #include "cli/progress_bar.h"
 #include "omni/error.h"
+#include "omni/io/image_writer.h"
 #include "omni/omni.h"
 #include "omni/random_seed.h"
 
@@ -106,12 +107,19 @@ void check_writable(const fs::path& file, const char* what) {
              ": directory ", dir.string(), " is not writable: ", std::strerror(errno));
 }
 
-// What io::write_frames accepts, checked before the model loads.
+// What io::write_frames accepts, checked before the model loads: an .mp4 is
+// one file (a '%' in its name is just a character); otherwise a '%' makes a
+// frame pattern, whose rules are a ConfigError (exit 2) and whose first
+// frame's file stands for the rest.
 void check_output(const std::string& output) {
   const fs::path path(output);
   const auto ext = path.extension().string();
-  OMNI_CHECK(ext == ".mp4" || ext == ".png" || output.find('%') != std::string::npos, FormatError,
-             output, ": unsupported output format '", ext,
+  if (ext != ".mp4" && io::FramePattern::is_pattern(output)) {
+    check_writable(io::FramePattern(output).file(0), "output");
+    return;
+  }
+  OMNI_CHECK(ext == ".mp4" || ext == ".png", FormatError, output, ": unsupported output format '",
+             ext,
              "' (use .mp4 for video, .png for a frame or contact sheet, or a pattern like "
              "frames/%03d.png)");
   check_writable(path, "output");
@@ -194,7 +202,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--fps", options->fps, "Frames per second of an .mp4 (model default if omitted)");
   cmd->add_option("--output,-o", options->output,
                   "Output: .mp4 (H.264), .png (frame or contact sheet) or a pattern like "
-                  "frames/%03d.png")
+                  "frames/%03d.png (one %d field, flag 0 and a width allowed; %% is a '%')")
       ->capture_default_str();
   cmd->add_flag("--enable-cpu-offload", options->offload,
                 "Model-level offload: only the running component group stays on the device");

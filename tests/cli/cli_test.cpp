@@ -234,6 +234,42 @@ TEST_F(Cli, AnUnwritableOutputExitsThreeBeforeTheModelLoads) {
   EXPECT_FALSE(fs::exists(dir_ / "ok.png"));
 }
 
+// The regression (issue 34, D1): --output went to snprintf as its format:
+// f_%03d_%s.png wrote f_000_(null).png then crashed, %n and %s%s%s%s crashed,
+// %d_%d wrote garbage names. Any '%' but one %d-style field (or %%) is a
+// configuration error (exit 2) naming the pattern, before the model loads.
+TEST_F(Cli, AFramePatternTakesExactlyOneNumberField) {
+  for (const std::string pattern :
+       {"f_%03d_%s.png", "f_%n.png", "%s%s%s%s.png", "f_%d_%d.png", "f_%x.png", "f_%-5d.png",
+        "f_%.3d.png", "f_%ld.png", "f_100%%.png", "f_%", "f_%1000d.png", "f%d/x.png"}) {
+    SCOPED_TRACE(pattern);
+    const auto output = (dir_ / pattern).string();
+    const auto r = run_omni(generate_args("unused.png", {{"--output", output}}));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    expect_one_line_error(r, "frame pattern '" + output + "'");
+    // The missing model is never reached: the pattern is checked first.
+    const auto first =
+        run_omni({"generate", (dir_ / "no-model").string(), "--prompt", "x", "-o", output});
+    EXPECT_EQ(first.exit_code, 2) << first.err;
+    EXPECT_EQ(first.err.find("no-model"), std::string::npos) << first.err;
+  }
+  EXPECT_TRUE(fs::is_empty(dir_));
+
+  // Flag 0, a width and %% are kept; one file per frame, numbered from 0.
+  auto sequence = generate_args("f_%03d_100%%.png", {{"--num-frames", "5"}});
+  sequence.push_back("--quiet");
+  const auto r = run_omni(sequence);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_))
+    names.insert(entry.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"f_000_100%.png", "f_001_100%.png", "f_002_100%.png",
+                                          "f_003_100%.png", "f_004_100%.png"}));
+  const auto png =
+      omni::io::decode_png(omni::testing::read_text_file((dir_ / "f_004_100%.png").string()));
+  EXPECT_EQ(png.sizes(), (std::vector<std::int64_t>{48, 64, 3}));
+}
+
 // The regression: --seed -1 wrapped silently to 2^64-1, while the server rejected it.
 TEST_F(Cli, NoSeedOrMinusOnePicksOneAndPrintsIt) {
   const std::regex printed(R"(seed (\d+))");
