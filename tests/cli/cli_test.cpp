@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -268,6 +271,66 @@ TEST_F(Cli, AFramePatternTakesExactlyOneNumberField) {
   const auto png =
       omni::io::decode_png(omni::testing::read_text_file((dir_ / "f_004_100%.png").string()));
   EXPECT_EQ(png.sizes(), (std::vector<std::int64_t>{48, 64, 3}));
+}
+
+// The regression (issue 34, D4): a missing output folder was created
+// silently. Now it is an error before the model loads (exit 3) unless
+// --mkdir asks for it; the same for --report-json.
+TEST_F(Cli, MissingOutputFoldersAreAnErrorUnlessMkdir) {
+  const auto output = (dir_ / "new" / "deeper" / "x.png").string();
+  const auto report = (dir_ / "reports" / "r.json").string();
+  const auto missing = run_omni(generate_args("unused.png", {{"--output", output}}));
+  EXPECT_EQ(missing.exit_code, 3) << missing.err;
+  expect_one_line_error(missing, "--mkdir");
+  EXPECT_NE(missing.err.find(output), std::string::npos) << missing.err;
+  const auto missing_report =
+      run_omni(generate_args("ok.png", {{"--num-frames", "1"}, {"--report-json", report}}));
+  EXPECT_EQ(missing_report.exit_code, 3) << missing_report.err;
+  expect_one_line_error(missing_report, report);
+  EXPECT_FALSE(fs::exists(dir_ / "new"));
+  EXPECT_FALSE(fs::exists(dir_ / "reports"));
+  EXPECT_FALSE(fs::exists(dir_ / "ok.png")) << "checked before generating";
+
+  auto args = generate_args(
+      "unused.png", {{"--output", output}, {"--num-frames", "1"}, {"--report-json", report}});
+  args.push_back("--mkdir");
+  const auto made = run_omni(args);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_TRUE(fs::is_regular_file(output));
+  EXPECT_TRUE(fs::is_regular_file(report));
+}
+
+// The regression (issue 34, D4): as root, access() passed /proc, so
+// -o /proc/version.mp4 failed only after the whole generation; a FIFO output
+// would have blocked forever. Special files, folders and the kernel's file
+// systems are refused before the model loads (exit 3), with nothing left behind.
+TEST_F(Cli, SpecialAndKernelFilesAreRefusedBeforeTheModelLoads) {
+  ASSERT_EQ(::mkfifo((dir_ / "pipe.png").c_str(), 0600), 0);
+  fs::create_directory(dir_ / "folder.png");
+  const auto no_model = (dir_ / "no-model").string();
+  for (const auto& [option, path, mentions] : std::vector<std::array<std::string, 3>>{
+           {"-o", "/proc/version.mp4", "kernel file system"},
+           {"-o", "/proc/sys/kernel/x.png", "kernel file system"},
+           {"-o", (dir_ / "pipe.png").string(), "not a regular file"},
+           {"-o", (dir_ / "folder.png").string(), "not a regular file"},
+           {"--report-json", "/dev/null", "not a regular file"},
+           {"--report-json", "/proc/version", "kernel file system"},
+           {"--report-json", (dir_ / "pipe.png").string(), "not a regular file"}}) {
+    SCOPED_TRACE(option + " " + path);
+    std::vector<std::string> args = {"generate", no_model, "--prompt", "x", option, path};
+    if (option != "-o") args.insert(args.end(), {"-o", (dir_ / "out.png").string()});
+    const auto r = run_omni(args);
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    expect_one_line_error(r, mentions);
+    EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("no-model"), std::string::npos) << r.err;
+  }
+  // The writability probe leaves no file behind.
+  const auto r =
+      run_omni({"generate", no_model, "--prompt", "x", "-o", (dir_ / "out.png").string()});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("no-model"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "out.png"));
 }
 
 // The regression: --seed -1 wrapped silently to 2^64-1, while the server rejected it.
