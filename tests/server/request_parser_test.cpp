@@ -230,6 +230,36 @@ TEST(RequestParser, FormMistakes) {
             std::make_pair(ErrorKind::invalid_value, std::string("unsupported_parameter")));
 }
 
+// The regression (issue 34, D5): a file part where a text field belongs
+// became the value "(file)": a prompt sent as a file queued a job for the
+// prompt "(file)". It is 422 naming the field, for images and videos alike.
+TEST(RequestParser, AFileWhereATextFieldBelongsIs422NamingIt) {
+  for (const char* name :
+       {"prompt", "model", "size", "negative_prompt", "num_frames", "seconds", "seed"}) {
+    SCOPED_TRACE(name);
+    FormFields fields = form({{"prompt", "x"}});
+    if (std::string(name) == "prompt") fields.clear();
+    fields.push_back({name, "", true});
+    try {
+      parse_video_request(fields);
+      ADD_FAILURE() << "no ApiError thrown";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::invalid_value);
+      EXPECT_EQ(e.code(), "file_not_expected");
+      EXPECT_EQ(e.param(), name);
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+  FormFields image = form({{"size", "32x32"}});
+  image.push_back({"prompt", "", true});
+  EXPECT_EQ(error_of([&] { parse_image_request(image); }),
+            std::make_pair(ErrorKind::invalid_value, std::string("file_not_expected")));
+  // A file in a field the server ignores is still ignored.
+  FormFields ignored = form({{"prompt", "x"}});
+  ignored.push_back({"user_avatar", "", true});
+  EXPECT_EQ(parse_video_request(ignored).request.prompt, "x");
+}
+
 TEST(RequestParser, UnsupportedVideoFieldsAre422NamingThem) {
   for (const char* body :
        {R"({"prompt": "x", "input_reference": {"image_url": "http://a/b.png"}})",

@@ -379,6 +379,14 @@ TEST_F(ServerTest, VideoFormMistakes) {
                                                             {"num_frames", "many", "", ""}}),
       400, "invalid_type");
   expect_error(c->Post("/v1/videos", "--nope\r\n", "multipart/form-data; boundary=b"), 400);
+  // The regression (issue 34, D5): a prompt sent as a file queued a job for
+  // the prompt "(file)".
+  const auto file_prompt = c->Post(
+      "/v1/videos",
+      httplib::MultipartFormDataItems{{"prompt", "a red circle", "prompt.txt", "text/plain"},
+                                      {"size", "32x32", "", ""}});
+  expect_error(file_prompt, 422, "file_not_expected");
+  EXPECT_EQ(body_of(file_prompt)["error"]["param"], "prompt") << file_prompt->body;
 }
 
 TEST_F(ServerTest, VideoListPages) {
