@@ -92,9 +92,9 @@ RequestBody read_request_body(const httplib::Request& req, const httplib::Conten
   if (!ok) fail_reading(budget, max_bytes, "the request body could not be read");
   if (starts_with_ignoring_case(type, "application/x-www-form-urlencoded")) {
     body.is_form = true;
-    httplib::Params params;
-    httplib::detail::parse_query_text(text, params);
-    for (auto& [name, value] : params) body.fields.push_back({name, std::move(value), false});
+    // Not httplib's query parser: it kept what followed a pair's last '='
+    // (prompt=E=mc2;z=1 arrived as "1") and sorted the fields by name.
+    body.fields = parse_urlencoded_form(text);
   } else {
     body.json = std::move(text);
   }

@@ -231,6 +231,57 @@ VideoRequest parse_video(const Fields& f) {
 
 }  // namespace
 
+namespace {
+
+int urlencoded_hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// '+' → space, then %XX → its byte; anything else as it is.
+std::string urlencoded_decode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '+') {
+      out.push_back(' ');
+      continue;
+    }
+    if (c == '%' && i + 2 < text.size()) {
+      const int high = urlencoded_hex_digit(text[i + 1]);
+      const int low = urlencoded_hex_digit(text[i + 2]);
+      if (high >= 0 && low >= 0) {
+        out.push_back(static_cast<char>(high * 16 + low));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+FormFields parse_urlencoded_form(std::string_view body) {
+  FormFields fields;
+  while (!body.empty()) {
+    const auto amp = body.find('&');
+    const auto piece = body.substr(0, amp);
+    body = amp == std::string_view::npos ? std::string_view() : body.substr(amp + 1);
+    if (piece.empty()) continue;
+    const auto eq = piece.find('=');
+    fields.push_back(
+        {urlencoded_decode(piece.substr(0, eq)),
+         eq == std::string_view::npos ? std::string() : urlencoded_decode(piece.substr(eq + 1)),
+         false});
+  }
+  return fields;
+}
+
 std::pair<int, int> parse_size(std::string_view size) {
   auto fail = [&]() -> std::pair<int, int> {
     throw ApiError(ErrorKind::invalid_value, "invalid_size",

@@ -260,6 +260,34 @@ TEST(RequestParser, AFileWhereATextFieldBelongsIs422NamingIt) {
   EXPECT_EQ(parse_video_request(ignored).request.prompt, "x");
 }
 
+// The regression (issue 34, D6): httplib's parser kept what followed the
+// LAST '=' of a pair (prompt=E=mc2;z=1 arrived as "1") and sorted fields by
+// name. WHATWG splits each pair on its first '='.
+TEST(RequestParser, UrlencodedFormsFollowWhatwg) {
+  using Fields = std::vector<std::pair<std::string, std::string>>;
+  auto parsed = [](std::string_view body) {
+    Fields out;
+    for (const auto& f : parse_urlencoded_form(body)) {
+      EXPECT_FALSE(f.is_file);
+      out.emplace_back(f.name, f.value);
+    }
+    return out;
+  };
+  EXPECT_EQ(parsed("prompt=E=mc2;z=1"), (Fields{{"prompt", "E=mc2;z=1"}}));
+  EXPECT_EQ(parsed("a+b=c+d%20e&%3D=%26%2B"), (Fields{{"a b", "c d e"}, {"=", "&+"}}));
+  EXPECT_EQ(parsed("b=1&a=2&b=3"), (Fields{{"b", "1"}, {"a", "2"}, {"b", "3"}}));
+  EXPECT_EQ(parsed("&&flag&=v&k=&"), (Fields{{"flag", ""}, {"", "v"}, {"k", ""}}));
+  // Invalid percent sequences stay as they are; valid ones take either case.
+  EXPECT_EQ(parsed("x=100%&y=%zz%4&z=%4a%4A%41"),
+            (Fields{{"x", "100%"}, {"y", "%zz%4"}, {"z", "JJA"}}));
+  EXPECT_EQ(parsed("x=%00"), (Fields{{"x", std::string(1, '\0')}}));
+  EXPECT_EQ(parsed(""), Fields{});
+  const auto r =
+      parse_video_request(parse_urlencoded_form("prompt=E%3Dmc2+and+E=mc2&num_frames=9&seed=1"));
+  EXPECT_EQ(r.request.prompt, "E=mc2 and E=mc2");
+  EXPECT_EQ(r.request.num_frames, 9);
+}
+
 TEST(RequestParser, UnsupportedVideoFieldsAre422NamingThem) {
   for (const char* body :
        {R"({"prompt": "x", "input_reference": {"image_url": "http://a/b.png"}})",
