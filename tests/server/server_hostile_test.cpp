@@ -282,5 +282,39 @@ TEST(ServerHostile, SigtermDrainsForAtMostTheShutdownTimeout) {
       << log;
 }
 
+// Issue 34: while the server drained on SIGTERM, /health answered 200 (with
+// "stopping" in its body), so a load balancer's probe kept it in rotation
+// while it refused new work. It is 503.
+TEST(ServerHostile, HealthIs503WhileDraining) {
+  auto args = kLongAllowed;
+  args.insert(args.end(), {"--shutdown-timeout", "5"});
+  ServerProcess server(args);
+  const auto before = server.client()->Get("/health");
+  ASSERT_TRUE(before);
+  EXPECT_EQ(before->status, 200);
+  EXPECT_EQ(json::parse(before->body)["status"], "ok");
+  const auto queued = server.client()->Post("/v1/videos", kLongVideo, "application/json");
+  ASSERT_TRUE(queued);
+  ASSERT_EQ(queued->status, 200) << queued->body;
+  ASSERT_TRUE(wait_until([&] { return engine_running(server); }, 30s));
+
+  ::kill(server.pid(), SIGTERM);
+  int status = 0;
+  std::string body;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        const auto r = server.client(5s)->Get("/health");
+        if (!r || r->status == 200) return false;
+        status = r->status;
+        body = r->body;
+        return true;
+      },
+      5s))
+      << "/health never stopped answering 200 while draining";
+  EXPECT_EQ(status, 503) << body;
+  if (status == 503) EXPECT_EQ(json::parse(body)["status"], "stopping") << body;
+  EXPECT_EQ(server.signal_and_wait(0, 60s), 0) << server.stderr_text();
+}
+
 }  // namespace
 }  // namespace omni::server
