@@ -223,6 +223,35 @@ TEST(ServerHostile, FramingMistakesAre400) {
   }
 }
 
+// Issue 34 (D8): httplib reads a chunk size with strtoul, so "-5" became
+// 2^64-5 and the body was waited for until --receive-timeout (30 s), while
+// "zz" was 400 at once. Every malformed chunk-size line is 400 at once
+// (Note [Chunk sizes]); a well-formed one, extensions and upper case included,
+// still works.
+TEST(ServerHostile, MalformedChunkSizesAre400AtOnce) {
+  ServerProcess server;
+  for (const std::string size_line :
+       {"-5\r\n", "+5\r\n", " 5\r\n", "0x5\r\n", "5 x\r\n", "zz\r\n", "\r\n"}) {
+    SCOPED_TRACE(size_line);
+    const auto start = Clock::now();
+    RawConnection c(server.port());
+    ASSERT_TRUE(c.send(post_head("/v1/videos", "Transfer-Encoding: chunked\r\n") + size_line));
+    c.receive(5s);
+    EXPECT_EQ(c.status(), 400) << c.received();
+    EXPECT_LT(seconds_since(start), 5.0);
+    EXPECT_TRUE(c.wait_closed(5s));
+  }
+  const std::string body = R"({"prompt": "x", "size": "32x32", "num_inference_steps": 2})";
+  RawConnection c(server.port());
+  ASSERT_TRUE(c.send(post_head("/v1/images/generations", "Transfer-Encoding: chunked\r\n") +
+                     "a;name=value\r\n" + body.substr(0, 10) + "\r\n" + "0" +
+                     std::string(1, "0123456789ABCDEF"[(body.size() - 10) / 16]) +
+                     std::string(1, "0123456789ABCDEF"[(body.size() - 10) % 16]) + " \r\n" +
+                     body.substr(10) + "\r\n0\r\n\r\n"));
+  c.receive(60s);
+  EXPECT_EQ(c.status(), 200) << c.received();
+}
+
 // The regression: sync requests whose client went away ran to the end.
 TEST(ServerHostile, ADisconnectedSyncClientCancelsItsRequest) {
   ServerProcess server(kLongAllowed);
