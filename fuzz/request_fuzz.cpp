@@ -1,9 +1,10 @@
 // Fuzzes the server's request bodies through the chain the routes run
 // before a job is queued (image_routes.cpp, video_routes.cpp):
-// parse_image_request / parse_video_request (of JSON, and of form fields:
-// the input's lines "name=value"), the served pipeline's resolve()
-// (example:wan-shaped, as the server tests serve it; resolve_video for
-// videos, which turns seconds into frames) and check_limits, and on failure
+// parse_image_request / parse_video_request (of JSON, of form fields: the
+// input's lines "name=value", and of the input as an urlencoded body), the
+// served pipeline's resolve() (example:wan-shaped, as the server tests serve
+// it; resolve_video for videos, which turns seconds into frames) and
+// check_limits, and on failure
 // the error body the client would get. No socket. Expected: a request, an ApiError
 // (400/422) or an InvalidRequest (422); any other exception would be a 500
 // for a client's mistake, and is a finding.
@@ -80,5 +81,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   run(body, [](std::string_view b) { return server::parse_image_request(b); });
   run(body, [](std::string_view b) { return server::parse_video_request(b); });
   run(body, [](std::string_view b) { return server::parse_video_request(form_of(b)); });
+  run(body, [](std::string_view b) {
+    return server::parse_video_request(server::parse_urlencoded_form(b));
+  });
   return 0;
 }

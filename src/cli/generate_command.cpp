@@ -1,3 +1,6 @@
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +14,7 @@
 #include "cli/offload_flags.h"
 #include "cli/progress_bar.h"
 #include "omni/error.h"
+#include "omni/io/image_writer.h"
 #include "omni/omni.h"
 #include "omni/random_seed.h"
 
@@ -64,6 +68,7 @@ struct GenerateOptions {
   OffloadFlags offload_flags;
   std::string prompt_cache = "256MiB";
   std::string report_json;
+  bool make_folders = false;  // --mkdir
   bool quiet = false;
 };
 
@@ -95,33 +100,81 @@ std::uint64_t parse_seed(const std::string& text) {
 
 namespace fs = std::filesystem;
 
-// The directory `file` goes into, created as writing it would; FormatError
-// (exit 3) naming it when it cannot be made or written to. Runs before the
-// model loads, so a bad path costs nothing.
-void check_writable(const fs::path& file, const char* what) {
-  const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
-  std::error_code error;
-  fs::create_directories(dir, error);
-  OMNI_CHECK(!error, FormatError, what, " ", file.string(), ": cannot create directory ",
-             dir.string(), ": ", error.message());
-  OMNI_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, FormatError, what, " ", file.string(),
-             ": directory ", dir.string(), " is not writable: ", std::strerror(errno));
+// Note [Output checks]
+// Where generate writes is checked before the model loads, so a bad path
+// costs nothing and a finished generation is never lost to it:
+// - the folder must exist (--mkdir creates it) and take a new file: a probe
+//   file is created there and removed (access() says yes to root on a
+//   read-only or virtual file system);
+// - the target, if it exists, must be a regular file we may open for writing:
+//   a directory, FIFO, socket or device (/dev/null included) is refused, as a
+//   picture written there is lost or blocks;
+// - nothing is written on the kernel's virtual file systems (/proc, /sys):
+//   their files look regular, but writing them sets kernel state.
+// Each failure is a FormatError (exit 3) naming the path.
+bool on_kernel_file_system(const fs::path& dir) {
+  struct statfs info {};
+  if (::statfs(dir.c_str(), &info) != 0) return false;
+  return info.f_type == PROC_SUPER_MAGIC || info.f_type == SYSFS_MAGIC;
 }
 
-// What io::write_frames accepts, checked before the model loads.
-void check_output(const std::string& output) {
+void check_writable(const fs::path& file, const char* what, bool make_folders) {
+  const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  if (make_folders) {
+    std::error_code error;
+    fs::create_directories(dir, error);
+    OMNI_CHECK(!error, FormatError, what, " ", file.string(), ": cannot create folder ",
+               dir.string(), ": ", error.message());
+  }
+  std::error_code error;
+  const auto folder = fs::status(dir, error);
+  OMNI_CHECK(folder.type() != fs::file_type::not_found, FormatError, what, " ", file.string(),
+             ": folder ", dir.string(), " does not exist (create it, or pass --mkdir)");
+  OMNI_CHECK(!error && folder.type() == fs::file_type::directory, FormatError, what, " ",
+             file.string(), ": ", dir.string(), " is not a folder",
+             error ? ": " + error.message() : std::string());
+  OMNI_CHECK(!on_kernel_file_system(dir), FormatError, what, " ", file.string(), ": ", dir.string(),
+             " is a kernel file system (/proc, /sys), not a place for output");
+  const auto target = fs::status(file, error);
+  if (target.type() != fs::file_type::not_found) {
+    OMNI_CHECK(!error, FormatError, what, " ", file.string(), ": ", error.message());
+    OMNI_CHECK(target.type() == fs::file_type::regular, FormatError, what, " ", file.string(),
+               ": not a regular file (a folder, device, FIFO or socket); name a new or regular "
+               "file");
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);  // no O_TRUNC
+    OMNI_CHECK(fd >= 0, FormatError, what, " ", file.string(),
+               ": cannot be written: ", std::strerror(errno));
+    ::close(fd);
+    return;
+  }
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0666);
+  OMNI_CHECK(fd >= 0, FormatError, what, " ", file.string(), ": cannot be created in ",
+             dir.string(), ": ", std::strerror(errno));
+  ::close(fd);
+  ::unlink(file.c_str());
+}
+
+// What io::write_frames accepts, checked before the model loads: an .mp4 is
+// one file (a '%' in its name is just a character); otherwise a '%' makes a
+// frame pattern, whose rules are a ConfigError (exit 2) and whose first
+// frame's file stands for the rest in the output checks (Note [Output checks]).
+void check_output(const std::string& output, bool make_folders) {
   const fs::path path(output);
   const auto ext = path.extension().string();
-  OMNI_CHECK(ext == ".mp4" || ext == ".png" || output.find('%') != std::string::npos, FormatError,
-             output, ": unsupported output format '", ext,
+  if (ext != ".mp4" && io::FramePattern::is_pattern(output)) {
+    check_writable(io::FramePattern(output).file(0), "output", make_folders);
+    return;
+  }
+  OMNI_CHECK(ext == ".mp4" || ext == ".png", FormatError, output, ": unsupported output format '",
+             ext,
              "' (use .mp4 for video, .png for a frame or contact sheet, or a pattern like "
              "frames/%03d.png)");
-  check_writable(path, "output");
+  check_writable(path, "output", make_folders);
 }
 
 int generate(const GenerateOptions& o) {
-  check_output(o.output);
-  if (!o.report_json.empty()) check_writable(o.report_json, "report");
+  check_output(o.output, o.make_folders);
+  if (!o.report_json.empty()) check_writable(o.report_json, "report", o.make_folders);
   EngineArgs args;
   args.model = o.model;
   args.enable_cpu_offload = o.offload;
@@ -203,7 +256,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--fps", options->fps, "Frames per second of an .mp4 (model default if omitted)");
   cmd->add_option("--output,-o", options->output,
                   "Output: .mp4 (H.264), .png (frame or contact sheet) or a pattern like "
-                  "frames/%03d.png")
+                  "frames/%03d.png (one %d field, flag 0 and a width allowed; %% is a '%')")
       ->capture_default_str();
   cmd->add_flag("--enable-cpu-offload", options->offload,
                 "Model-level offload: only the running component group stays on the device");
@@ -220,6 +273,8 @@ void add_generate_command(CLI::App& app) {
                   "Bytes of text-encoder outputs kept for repeated prompts (0: off)")
       ->capture_default_str();
   cmd->add_option("--report-json", options->report_json, "Write the offload report as JSON");
+  cmd->add_flag("--mkdir", options->make_folders,
+                "Create the folders of --output and --report-json when missing (else an error)");
   cmd->add_flag("--quiet,-q", options->quiet, "Print nothing but errors");
   cmd->callback([options] { std::exit(run_guarded([&] { return generate(*options); })); });
 }

@@ -1,7 +1,6 @@
 #include "omni/io/image_writer.h"
 
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 
 #include "omni/error.h"
@@ -30,6 +29,68 @@ void append(void* context, void* data, int size) {
   static_cast<std::string*>(context)->append(static_cast<const char*>(data), size);
 }
 }  // namespace
+
+bool FramePattern::is_pattern(std::string_view path) {
+  return path.find('%') != std::string_view::npos;
+}
+
+FramePattern::FramePattern(std::string pattern) : pattern_(std::move(pattern)) {
+  auto fail = [&](const std::string& why) {
+    throw ConfigError(detail::concat(
+        "frame pattern '", pattern_, "': ", why,
+        "; a frame pattern takes exactly one %d, %03d or %5d in its file name (%% for a "
+        "literal percent)"));
+  };
+  const std::size_t n = pattern_.size();
+  auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  auto is_letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  std::size_t field_at = std::string::npos;
+  std::string* out = &prefix_;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (pattern_[i] != '%') {
+      out->push_back(pattern_[i]);
+      continue;
+    }
+    if (i + 1 < n && pattern_[i + 1] == '%') {
+      out->push_back('%');
+      ++i;
+      continue;
+    }
+    if (i + 1 == n) fail("a '%' at the end");
+    // %, 0 flags, width digits, d.
+    std::size_t j = i + 1;
+    bool zero = false;
+    for (; j < n && pattern_[j] == '0'; ++j) zero = true;
+    const std::size_t width_at = j;
+    while (j < n && is_digit(pattern_[j])) ++j;
+    if (j < n && pattern_[j] == 'd') {
+      if (j - width_at > 3)
+        fail("the width of '" + pattern_.substr(i, j + 1 - i) + "' is over 999");
+      if (field_at != std::string::npos) fail("more than one frame-number field");
+      field_at = i;
+      zero_pad_ = zero;
+      width_ = j == width_at ? 0 : std::stoi(pattern_.substr(width_at, j - width_at));
+      out = &suffix_;
+      i = j;
+      continue;
+    }
+    // Name the offending conversion: up to its conversion letter, if any.
+    std::size_t end = i + 1;
+    while (end < n && end - i < 16 && !is_letter(pattern_[end]) && pattern_[end] != '%') ++end;
+    if (end < n && is_letter(pattern_[end])) ++end;
+    fail("'" + pattern_.substr(i, end - i) + "' is not a frame-number field");
+  }
+  if (field_at == std::string::npos) fail("no frame-number field");
+  if (pattern_.find('/', field_at) != std::string::npos)
+    fail("the frame-number field is in a folder name");
+}
+
+fs::path FramePattern::file(std::int64_t index) const {
+  std::string number = std::to_string(index);
+  if (number.size() < static_cast<std::size_t>(width_))
+    number.insert(0, static_cast<std::size_t>(width_) - number.size(), zero_pad_ ? '0' : ' ');
+  return fs::path(prefix_ + number + suffix_);
+}
 
 std::string encode_png(const torch::Tensor& frame) {
   auto f = frame.to(torch::kCPU).contiguous();
@@ -80,12 +141,11 @@ std::vector<fs::path> write_frames(const fs::path& path, const torch::Tensor& fr
     write_video(path, frames, VideoOptions{.fps = fps});
     return {path};
   }
-  if (p.find('%') != std::string::npos) {
+  if (FramePattern::is_pattern(p)) {
+    const FramePattern pattern(p);
     std::vector<fs::path> written;
     for (std::int64_t i = 0; i < frames.size(0); ++i) {
-      char name[4096];
-      std::snprintf(name, sizeof name, p.c_str(), static_cast<int>(i));
-      written.emplace_back(name);
+      written.push_back(pattern.file(i));
       write_file(written.back(), encode_png(frames[i]));
     }
     return written;

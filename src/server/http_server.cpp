@@ -99,6 +99,90 @@ void send_error(int fd, const char* status, const nlohmann::json& body,
 
 }  // namespace
 
+// Note [Chunk sizes]
+// httplib reads a chunk-size line with strtoul, which takes leading blanks,
+// a sign and a "0x": "-5" became 2^64-5 and the body was waited for until
+// --receive-timeout, while "zz" was refused at once. Once a handler reads a
+// chunked body (Connection::expect_chunked_body), the bytes pass through
+// ChunkFraming, which holds each size line to RFC 9112 (1*HEXDIG, then
+// blanks, a ';' extension or the line's end) and fails the read at its first
+// wrong byte: the body is then 400 at once. httplib asks the stream for just
+// the bytes it parses (its line reader one at a time, a chunk's data up to
+// its end), so ChunkFraming sees the body as httplib does. After the last
+// (zero) chunk, httplib checks the rest itself.
+// (Outside the anonymous namespace: RequestStream holds one.)
+class ChunkFraming {
+ public:
+  // False at the first byte that breaks the framing.
+  bool take(const char* data, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const char c = data[i];
+      switch (state_) {
+        case State::size_start:
+          if (hex_value(c) < 0) return false;
+          size_ = static_cast<std::uint64_t>(hex_value(c));
+          state_ = State::size;
+          break;
+        case State::size:
+          if (hex_value(c) >= 0) {
+            // Far past any --max-body; strtoul would saturate.
+            if (size_ > (std::uint64_t{1} << 56)) return false;
+            size_ = size_ * 16 + static_cast<std::uint64_t>(hex_value(c));
+            break;
+          }
+          [[fallthrough]];
+        case State::size_blank:
+          if (c == ' ' || c == '\t') {
+            state_ = State::size_blank;
+          } else if (c == ';') {
+            state_ = State::extension;
+          } else if (c == '\r') {
+            state_ = State::size_cr;
+          } else if (c == '\n') {
+            end_size_line();
+          } else {
+            return false;
+          }
+          break;
+        case State::extension:
+          if (c == '\n') end_size_line();
+          break;
+        case State::size_cr:
+          if (c != '\n') return false;
+          end_size_line();
+          break;
+        case State::data: {
+          const auto k = std::min<std::uint64_t>(size_, n - i);
+          size_ -= k;
+          i += static_cast<std::size_t>(k) - 1;
+          if (size_ == 0) state_ = State::data_end;
+          break;
+        }
+        case State::data_end:  // the CRLF after a chunk's data: httplib checks it
+          if (c == '\n') state_ = State::size_start;
+          break;
+        case State::done:
+          return true;
+      }
+    }
+    return true;
+  }
+
+ private:
+  enum class State { size_start, size, size_blank, extension, size_cr, data, data_end, done };
+
+  static int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  }
+  void end_size_line() { state_ = size_ == 0 ? State::done : State::data; }
+
+  State state_ = State::size_start;
+  std::uint64_t size_ = 0;
+};
+
 // One request's view of the socket: reads end at the receive deadline and
 // after max_request_bytes (Note [Hostile connections]).
 class RequestStream final : public httplib::Stream {
@@ -107,7 +191,10 @@ class RequestStream final : public httplib::Stream {
       : connection_(connection),
         deadline_(Clock::now() + limits.receive_timeout),
         budget_(limits.max_request_bytes),
-        write_timeout_(limits.write_timeout) {}
+        write_timeout_(limits.write_timeout) {
+    connection_.chunked_body_ = false;
+    connection_.chunk_size_malformed_ = false;
+  }
 
   bool is_readable() const override { return wait_for(fd(), POLLIN, receive_time_left()); }
   bool is_writable() const override { return wait_for(fd(), POLLOUT, write_timeout_); }
@@ -124,6 +211,10 @@ class RequestStream final : public httplib::Stream {
           fd(), ptr, static_cast<size_t>(std::min<std::uint64_t>(size, budget_)), MSG_DONTWAIT);
       if (n < 0 && errno == EINTR) continue;
       if (n > 0) budget_ -= static_cast<std::uint64_t>(n);
+      if (n > 0 && connection_.chunked_body_ && !chunk_framing_.take(ptr, static_cast<size_t>(n))) {
+        connection_.chunk_size_malformed_ = true;
+        return refuse_read();
+      }
       return n;
     }
   }
@@ -166,6 +257,7 @@ class RequestStream final : public httplib::Stream {
   std::uint64_t budget_;
   const std::chrono::milliseconds write_timeout_;
   bool wrote_ = false;
+  ChunkFraming chunk_framing_;  // used once connection_.chunked_body_ is set
 };
 
 Connection* Connection::current() {

@@ -22,6 +22,8 @@
 // - A handler that leaves part of a body unread asks the connection to close
 //   after its response (Connection::close_after_response), so the rest is
 //   never parsed as a next request.
+// - A chunked body's size lines are checked as they are read (Note [Chunk
+//   sizes] in http_server.cpp).
 #pragma once
 
 #include <httplib.h>
@@ -55,6 +57,11 @@ class Connection {
   // The client closed its end or reset the connection (a sync request whose
   // client went away). Never blocks.
   bool peer_gone() const;
+  // The current request's body is chunked and about to be read: from here
+  // its chunk-size lines are checked as they are read (Note [Chunk sizes]).
+  void expect_chunked_body() { chunked_body_ = true; }
+  // A read failed on a malformed chunk-size line of the current request.
+  bool chunk_size_malformed() const { return chunk_size_malformed_; }
 
  private:
   friend class HttpServer;
@@ -64,6 +71,8 @@ class Connection {
   int fd_;
   bool close_ = false;
   bool timed_out_ = false;
+  bool chunked_body_ = false;          // reset by each request's RequestStream
+  bool chunk_size_malformed_ = false;  // likewise
 };
 
 class HttpServer : public httplib::Server {

@@ -10,8 +10,10 @@ void add_probe_routes(RouteTable& routes, Service& s) {
   routes.get(
       "/health", "/health", Access::open, [&s](const httplib::Request&, httplib::Response& res) {
         const auto q = s.queue->stats();
+        // Draining on shutdown, the server takes no new work: a load balancer
+        // reads the status, not the body, so it is 503 rather than 200.
         reply_json(
-            res, 200,
+            res, q.stopping ? 503 : 200,
             {{"status", q.stopping ? "stopping" : "ok"},
              {"model", s.model_id},
              {"device", s.device_name},

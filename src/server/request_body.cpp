@@ -40,6 +40,11 @@ class BodyBudget {
     throw ApiError(ErrorKind::too_large, "body_too_large",
                    detail::concat("the request body exceeds the server's limit of ", max_bytes,
                                   " bytes (--max-body)"));
+  if (const auto* connection = Connection::current();
+      connection && connection->chunk_size_malformed())
+    throw ApiError(ErrorKind::malformed, "invalid_chunk_size",
+                   "a chunk-size line of the chunked body is not a hexadecimal number "
+                   "(RFC 9112: hex digits, then optional ';' extensions)");
   if (const auto* connection = Connection::current(); connection && connection->timed_out())
     throw ApiError(ErrorKind::timed_out, "request_timeout",
                    "the request body did not arrive in time (--receive-timeout)");
@@ -60,6 +65,8 @@ RequestBody read_request_body(const httplib::Request& req, const httplib::Conten
       ::strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") != 0)
     return body;
   BodyBudget budget(max_bytes);
+  if (auto* connection = Connection::current(); connection && !req.has_header("Content-Length"))
+    connection->expect_chunked_body();
   const std::string type = req.get_header_value("Content-Type");
   if (req.is_multipart_form_data()) {
     body.is_form = true;
@@ -92,9 +99,9 @@ RequestBody read_request_body(const httplib::Request& req, const httplib::Conten
   if (!ok) fail_reading(budget, max_bytes, "the request body could not be read");
   if (starts_with_ignoring_case(type, "application/x-www-form-urlencoded")) {
     body.is_form = true;
-    httplib::Params params;
-    httplib::detail::parse_query_text(text, params);
-    for (auto& [name, value] : params) body.fields.push_back({name, std::move(value), false});
+    // Not httplib's query parser: it kept what followed a pair's last '='
+    // (prompt=E=mc2;z=1 arrived as "1") and sorted the fields by name.
+    body.fields = parse_urlencoded_form(text);
   } else {
     body.json = std::move(text);
   }

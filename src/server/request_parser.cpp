@@ -21,9 +21,15 @@ class Fields {
   // text_values: a form's values are text, so a number may be its decimal text.
   Fields(const json& object, bool text_values) : object_(object), text_values_(text_values) {}
 
+  // A form's file part where this server reads a value is a mistake the
+  // client should hear of (422), not a value: it once became the text "(file)".
   const json* find(const char* name) const {
     const auto it = object_.find(name);
-    return it == object_.end() || it->is_null() ? nullptr : &*it;
+    if (it == object_.end() || it->is_null()) return nullptr;
+    if (it->is_binary())
+      throw ApiError(ErrorKind::invalid_value, "file_not_expected",
+                     detail::concat(name, " must be a text field, not a file"), name);
+    return &*it;
   }
 
   std::optional<std::string> string(const char* name) const {
@@ -93,7 +99,7 @@ class Fields {
 
   // A field this server does not support yet: 422 naming it, when present.
   void unsupported(const char* name, const char* why) const {
-    if (find(name) != nullptr)
+    if (const auto it = object_.find(name); it != object_.end() && !it->is_null())
       throw ApiError(ErrorKind::invalid_value, "unsupported_parameter",
                      detail::concat(name, " is not supported by this server yet: ", why), name);
   }
@@ -149,8 +155,9 @@ json form_object(const FormFields& form) {
     if (object.contains(field.name))
       throw ApiError(ErrorKind::malformed, "duplicate_field",
                      "form field " + field.name + " is given more than once", field.name);
-    // A file's content is not kept: a file part only says the field is there.
-    object[field.name] = field.is_file ? json("(file)") : json(field.value);
+    // A file's content is not kept: a file part only says the field is there,
+    // as a binary value (which no JSON text can hold) that Fields refuses.
+    object[field.name] = field.is_file ? json::binary({}) : json(field.value);
   }
   return object;
 }
@@ -225,6 +232,57 @@ VideoRequest parse_video(const Fields& f) {
 }
 
 }  // namespace
+
+namespace {
+
+int urlencoded_hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// '+' → space, then %XX → its byte; anything else as it is.
+std::string urlencoded_decode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '+') {
+      out.push_back(' ');
+      continue;
+    }
+    if (c == '%' && i + 2 < text.size()) {
+      const int high = urlencoded_hex_digit(text[i + 1]);
+      const int low = urlencoded_hex_digit(text[i + 2]);
+      if (high >= 0 && low >= 0) {
+        out.push_back(static_cast<char>(high * 16 + low));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+FormFields parse_urlencoded_form(std::string_view body) {
+  FormFields fields;
+  while (!body.empty()) {
+    const auto amp = body.find('&');
+    const auto piece = body.substr(0, amp);
+    body = amp == std::string_view::npos ? std::string_view() : body.substr(amp + 1);
+    if (piece.empty()) continue;
+    const auto eq = piece.find('=');
+    fields.push_back(
+        {urlencoded_decode(piece.substr(0, eq)),
+         eq == std::string_view::npos ? std::string() : urlencoded_decode(piece.substr(eq + 1)),
+         false});
+  }
+  return fields;
+}
 
 std::pair<int, int> parse_size(std::string_view size) {
   auto fail = [&]() -> std::pair<int, int> {

@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -232,6 +235,102 @@ TEST_F(Cli, AnUnwritableOutputExitsThreeBeforeTheModelLoads) {
   const auto report = run_omni(generate_args("ok.png", {{"--report-json", output}}));
   EXPECT_EQ(report.exit_code, 3) << report.err;
   EXPECT_FALSE(fs::exists(dir_ / "ok.png"));
+}
+
+// The regression (issue 34, D1): --output went to snprintf as its format:
+// f_%03d_%s.png wrote f_000_(null).png then crashed, %n and %s%s%s%s crashed,
+// %d_%d wrote garbage names. Any '%' but one %d-style field (or %%) is a
+// configuration error (exit 2) naming the pattern, before the model loads.
+TEST_F(Cli, AFramePatternTakesExactlyOneNumberField) {
+  for (const std::string pattern :
+       {"f_%03d_%s.png", "f_%n.png", "%s%s%s%s.png", "f_%d_%d.png", "f_%x.png", "f_%-5d.png",
+        "f_%.3d.png", "f_%ld.png", "f_100%%.png", "f_%", "f_%1000d.png", "f%d/x.png"}) {
+    SCOPED_TRACE(pattern);
+    const auto output = (dir_ / pattern).string();
+    const auto r = run_omni(generate_args("unused.png", {{"--output", output}}));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    expect_one_line_error(r, "frame pattern '" + output + "'");
+    // The missing model is never reached: the pattern is checked first.
+    const auto first =
+        run_omni({"generate", (dir_ / "no-model").string(), "--prompt", "x", "-o", output});
+    EXPECT_EQ(first.exit_code, 2) << first.err;
+    EXPECT_EQ(first.err.find("no-model"), std::string::npos) << first.err;
+  }
+  EXPECT_TRUE(fs::is_empty(dir_));
+
+  // Flag 0, a width and %% are kept; one file per frame, numbered from 0.
+  auto sequence = generate_args("f_%03d_100%%.png", {{"--num-frames", "5"}});
+  sequence.push_back("--quiet");
+  const auto r = run_omni(sequence);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_))
+    names.insert(entry.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"f_000_100%.png", "f_001_100%.png", "f_002_100%.png",
+                                          "f_003_100%.png", "f_004_100%.png"}));
+  const auto png =
+      omni::io::decode_png(omni::testing::read_text_file((dir_ / "f_004_100%.png").string()));
+  EXPECT_EQ(png.sizes(), (std::vector<std::int64_t>{48, 64, 3}));
+}
+
+// The regression (issue 34, D4): a missing output folder was created
+// silently. Now it is an error before the model loads (exit 3) unless
+// --mkdir asks for it; the same for --report-json.
+TEST_F(Cli, MissingOutputFoldersAreAnErrorUnlessMkdir) {
+  const auto output = (dir_ / "new" / "deeper" / "x.png").string();
+  const auto report = (dir_ / "reports" / "r.json").string();
+  const auto missing = run_omni(generate_args("unused.png", {{"--output", output}}));
+  EXPECT_EQ(missing.exit_code, 3) << missing.err;
+  expect_one_line_error(missing, "--mkdir");
+  EXPECT_NE(missing.err.find(output), std::string::npos) << missing.err;
+  const auto missing_report =
+      run_omni(generate_args("ok.png", {{"--num-frames", "1"}, {"--report-json", report}}));
+  EXPECT_EQ(missing_report.exit_code, 3) << missing_report.err;
+  expect_one_line_error(missing_report, report);
+  EXPECT_FALSE(fs::exists(dir_ / "new"));
+  EXPECT_FALSE(fs::exists(dir_ / "reports"));
+  EXPECT_FALSE(fs::exists(dir_ / "ok.png")) << "checked before generating";
+
+  auto args = generate_args(
+      "unused.png", {{"--output", output}, {"--num-frames", "1"}, {"--report-json", report}});
+  args.push_back("--mkdir");
+  const auto made = run_omni(args);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_TRUE(fs::is_regular_file(output));
+  EXPECT_TRUE(fs::is_regular_file(report));
+}
+
+// The regression (issue 34, D4): as root, access() passed /proc, so
+// -o /proc/version.mp4 failed only after the whole generation; a FIFO output
+// would have blocked forever. Special files, folders and the kernel's file
+// systems are refused before the model loads (exit 3), with nothing left behind.
+TEST_F(Cli, SpecialAndKernelFilesAreRefusedBeforeTheModelLoads) {
+  ASSERT_EQ(::mkfifo((dir_ / "pipe.png").c_str(), 0600), 0);
+  fs::create_directory(dir_ / "folder.png");
+  const auto no_model = (dir_ / "no-model").string();
+  for (const auto& [option, path, mentions] : std::vector<std::array<std::string, 3>>{
+           {"-o", "/proc/version.mp4", "kernel file system"},
+           {"-o", "/proc/sys/kernel/x.png", "kernel file system"},
+           {"-o", (dir_ / "pipe.png").string(), "not a regular file"},
+           {"-o", (dir_ / "folder.png").string(), "not a regular file"},
+           {"--report-json", "/dev/null", "not a regular file"},
+           {"--report-json", "/proc/version", "kernel file system"},
+           {"--report-json", (dir_ / "pipe.png").string(), "not a regular file"}}) {
+    SCOPED_TRACE(option + " " + path);
+    std::vector<std::string> args = {"generate", no_model, "--prompt", "x", option, path};
+    if (option != "-o") args.insert(args.end(), {"-o", (dir_ / "out.png").string()});
+    const auto r = run_omni(args);
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    expect_one_line_error(r, mentions);
+    EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("no-model"), std::string::npos) << r.err;
+  }
+  // The writability probe leaves no file behind.
+  const auto r =
+      run_omni({"generate", no_model, "--prompt", "x", "-o", (dir_ / "out.png").string()});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("no-model"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "out.png"));
 }
 
 // The regression: --seed -1 wrapped silently to 2^64-1, while the server rejected it.

@@ -230,6 +230,64 @@ TEST(RequestParser, FormMistakes) {
             std::make_pair(ErrorKind::invalid_value, std::string("unsupported_parameter")));
 }
 
+// The regression (issue 34, D5): a file part where a text field belongs
+// became the value "(file)": a prompt sent as a file queued a job for the
+// prompt "(file)". It is 422 naming the field, for images and videos alike.
+TEST(RequestParser, AFileWhereATextFieldBelongsIs422NamingIt) {
+  for (const char* name :
+       {"prompt", "model", "size", "negative_prompt", "num_frames", "seconds", "seed"}) {
+    SCOPED_TRACE(name);
+    FormFields fields = form({{"prompt", "x"}});
+    if (std::string(name) == "prompt") fields.clear();
+    fields.push_back({name, "", true});
+    try {
+      parse_video_request(fields);
+      ADD_FAILURE() << "no ApiError thrown";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::invalid_value);
+      EXPECT_EQ(e.code(), "file_not_expected");
+      EXPECT_EQ(e.param(), name);
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+  FormFields image = form({{"size", "32x32"}});
+  image.push_back({"prompt", "", true});
+  EXPECT_EQ(error_of([&] { parse_image_request(image); }),
+            std::make_pair(ErrorKind::invalid_value, std::string("file_not_expected")));
+  // A file in a field the server ignores is still ignored.
+  FormFields ignored = form({{"prompt", "x"}});
+  ignored.push_back({"user_avatar", "", true});
+  EXPECT_EQ(parse_video_request(ignored).request.prompt, "x");
+}
+
+// The regression (issue 34, D6): httplib's parser kept what followed the
+// LAST '=' of a pair (prompt=E=mc2;z=1 arrived as "1") and sorted fields by
+// name. WHATWG splits each pair on its first '='.
+TEST(RequestParser, UrlencodedFormsFollowWhatwg) {
+  using Fields = std::vector<std::pair<std::string, std::string>>;
+  auto parsed = [](std::string_view body) {
+    Fields out;
+    for (const auto& f : parse_urlencoded_form(body)) {
+      EXPECT_FALSE(f.is_file);
+      out.emplace_back(f.name, f.value);
+    }
+    return out;
+  };
+  EXPECT_EQ(parsed("prompt=E=mc2;z=1"), (Fields{{"prompt", "E=mc2;z=1"}}));
+  EXPECT_EQ(parsed("a+b=c+d%20e&%3D=%26%2B"), (Fields{{"a b", "c d e"}, {"=", "&+"}}));
+  EXPECT_EQ(parsed("b=1&a=2&b=3"), (Fields{{"b", "1"}, {"a", "2"}, {"b", "3"}}));
+  EXPECT_EQ(parsed("&&flag&=v&k=&"), (Fields{{"flag", ""}, {"", "v"}, {"k", ""}}));
+  // Invalid percent sequences stay as they are; valid ones take either case.
+  EXPECT_EQ(parsed("x=100%&y=%zz%4&z=%4a%4A%41"),
+            (Fields{{"x", "100%"}, {"y", "%zz%4"}, {"z", "JJA"}}));
+  EXPECT_EQ(parsed("x=%00"), (Fields{{"x", std::string(1, '\0')}}));
+  EXPECT_EQ(parsed(""), Fields{});
+  const auto r =
+      parse_video_request(parse_urlencoded_form("prompt=E%3Dmc2+and+E=mc2&num_frames=9&seed=1"));
+  EXPECT_EQ(r.request.prompt, "E=mc2 and E=mc2");
+  EXPECT_EQ(r.request.num_frames, 9);
+}
+
 TEST(RequestParser, UnsupportedVideoFieldsAre422NamingThem) {
   EXPECT_EQ(error_of([&] {
               parse_video_request(

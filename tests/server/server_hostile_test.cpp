@@ -223,6 +223,35 @@ TEST(ServerHostile, FramingMistakesAre400) {
   }
 }
 
+// Issue 34 (D8): httplib reads a chunk size with strtoul, so "-5" became
+// 2^64-5 and the body was waited for until --receive-timeout (30 s), while
+// "zz" was 400 at once. Every malformed chunk-size line is 400 at once
+// (Note [Chunk sizes]); a well-formed one, extensions and upper case included,
+// still works.
+TEST(ServerHostile, MalformedChunkSizesAre400AtOnce) {
+  ServerProcess server;
+  for (const std::string size_line :
+       {"-5\r\n", "+5\r\n", " 5\r\n", "0x5\r\n", "5 x\r\n", "zz\r\n", "\r\n"}) {
+    SCOPED_TRACE(size_line);
+    const auto start = Clock::now();
+    RawConnection c(server.port());
+    ASSERT_TRUE(c.send(post_head("/v1/videos", "Transfer-Encoding: chunked\r\n") + size_line));
+    c.receive(5s);
+    EXPECT_EQ(c.status(), 400) << c.received();
+    EXPECT_LT(seconds_since(start), 5.0);
+    EXPECT_TRUE(c.wait_closed(5s));
+  }
+  const std::string body = R"({"prompt": "x", "size": "32x32", "num_inference_steps": 2})";
+  RawConnection c(server.port());
+  ASSERT_TRUE(c.send(post_head("/v1/images/generations", "Transfer-Encoding: chunked\r\n") +
+                     "a;name=value\r\n" + body.substr(0, 10) + "\r\n" + "0" +
+                     std::string(1, "0123456789ABCDEF"[(body.size() - 10) / 16]) +
+                     std::string(1, "0123456789ABCDEF"[(body.size() - 10) % 16]) + " \r\n" +
+                     body.substr(10) + "\r\n0\r\n\r\n"));
+  c.receive(60s);
+  EXPECT_EQ(c.status(), 200) << c.received();
+}
+
 // The regression: sync requests whose client went away ran to the end.
 TEST(ServerHostile, ADisconnectedSyncClientCancelsItsRequest) {
   ServerProcess server(kLongAllowed);
@@ -280,6 +309,40 @@ TEST(ServerHostile, SigtermDrainsForAtMostTheShutdownTimeout) {
   EXPECT_NE(log.find("--shutdown-timeout passed"), std::string::npos) << log;
   EXPECT_NE(log.find(queued_id + " failed before it ran: the server shut down"), std::string::npos)
       << log;
+}
+
+// Issue 34: while the server drained on SIGTERM, /health answered 200 (with
+// "stopping" in its body), so a load balancer's probe kept it in rotation
+// while it refused new work. It is 503.
+TEST(ServerHostile, HealthIs503WhileDraining) {
+  auto args = kLongAllowed;
+  args.insert(args.end(), {"--shutdown-timeout", "5"});
+  ServerProcess server(args);
+  const auto before = server.client()->Get("/health");
+  ASSERT_TRUE(before);
+  EXPECT_EQ(before->status, 200);
+  EXPECT_EQ(json::parse(before->body)["status"], "ok");
+  const auto queued = server.client()->Post("/v1/videos", kLongVideo, "application/json");
+  ASSERT_TRUE(queued);
+  ASSERT_EQ(queued->status, 200) << queued->body;
+  ASSERT_TRUE(wait_until([&] { return engine_running(server); }, 30s));
+
+  ::kill(server.pid(), SIGTERM);
+  int status = 0;
+  std::string body;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        const auto r = server.client(5s)->Get("/health");
+        if (!r || r->status == 200) return false;
+        status = r->status;
+        body = r->body;
+        return true;
+      },
+      5s))
+      << "/health never stopped answering 200 while draining";
+  EXPECT_EQ(status, 503) << body;
+  if (status == 503) EXPECT_EQ(json::parse(body)["status"], "stopping") << body;
+  EXPECT_EQ(server.signal_and_wait(0, 60s), 0) << server.stderr_text();
 }
 
 }  // namespace

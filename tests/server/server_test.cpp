@@ -379,6 +379,29 @@ TEST_F(ServerTest, VideoFormMistakes) {
                                                             {"num_frames", "many", "", ""}}),
       400, "invalid_type");
   expect_error(c->Post("/v1/videos", "--nope\r\n", "multipart/form-data; boundary=b"), 400);
+  // The regression (issue 34, D5): a prompt sent as a file queued a job for
+  // the prompt "(file)".
+  const auto file_prompt = c->Post(
+      "/v1/videos",
+      httplib::MultipartFormDataItems{{"prompt", "a red circle", "prompt.txt", "text/plain"},
+                                      {"size", "32x32", "", ""}});
+  expect_error(file_prompt, 422, "file_not_expected");
+  EXPECT_EQ(body_of(file_prompt)["error"]["param"], "prompt") << file_prompt->body;
+}
+
+// The regression (issue 34, D6): urlencoded pairs were split on their last
+// '=' (httplib's parser): prompt=E=mc2;z=1 queued the prompt "1".
+TEST_F(ServerTest, UrlencodedValuesKeepTheirEqualsSigns) {
+  auto c = server_->client();
+  const auto created =
+      c->Post("/v1/videos", "prompt=E=mc2;z=1&size=32x32&num_inference_steps=2&num_frames=5&seed=2",
+              "application/x-www-form-urlencoded");
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 200) << created->body;
+  const auto job = body_of(created);
+  EXPECT_EQ(job["prompt"], "E=mc2;z=1");
+  EXPECT_EQ(job["size"], "32x32");
+  EXPECT_EQ(wait_for_video(*c, job["id"]), "completed");
 }
 
 TEST_F(ServerTest, VideoListPages) {

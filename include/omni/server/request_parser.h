@@ -48,6 +48,13 @@ struct FormField {
 };
 using FormFields = std::vector<FormField>;
 
+// An application/x-www-form-urlencoded body's fields, in order, per WHATWG
+// URL §5.1: split on '&' (empty pieces skipped), each piece on its FIRST '='
+// (none: the value is empty), '+' is a space, then %XX is percent-decoded in
+// names and values; a '%' not followed by two hex digits stays as it is.
+// Values are bytes (no UTF-8 check, as in multipart). Pure; never throws.
+FormFields parse_urlencoded_form(std::string_view body);
+
 struct ImageRequest {
   std::string model;  // empty: whatever the server serves
   int n = 1;          // images; image i uses seed + i
