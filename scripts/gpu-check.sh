@@ -179,7 +179,10 @@ configure() {
   local shims="$BUILD/shims" args=() missing=()
   mkdir -p "$shims"
   local torch_prefix abi
-  torch_prefix=$(timeout 60 python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) || {
+  # The torch package itself, not torch.utils.cmake_prefix_path: TorchConfig
+  # finds libc10.so with find_library, which takes a system LibTorch's (Debian's
+  # /usr/lib) before the wheel's unless <prefix>/lib is torch/lib (scripts/build-cuda).
+  torch_prefix=$(timeout 60 python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null) || {
     note "FAIL configure: python3 cannot import torch"
     return 1
   }

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "omni/build_info.h"
 #include "omni/error.h"
 
 int main(int argc, char** argv) {
@@ -12,7 +13,7 @@ int main(int argc, char** argv) {
       "omni: run multi-component diffusion pipelines on one accelerator, with model-level "
       "CPU offload (--enable-cpu-offload)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "omni 0.1.0");
+  app.set_version_flag("--version", omni::version_line());
   omni::cli::add_generate_command(app);
   omni::cli::add_bench_command(app);
   omni::cli::add_inspect_command(app);

@@ -22,6 +22,10 @@
 #include "support/run_process.h"
 #include "support/scratch_dir.h"
 
+#ifdef OMNI_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #if OMNI_WITH_VIDEO
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -217,6 +221,29 @@ TEST_F(Cli, ParseErrorsExitTwo) {
   }
   EXPECT_EQ(run_omni({"--help"}).exit_code, 0);
   EXPECT_EQ(run_omni({"--version"}).exit_code, 0);
+}
+
+// `omni --version` names the LibTorch (and CUDA toolkit) it was compiled
+// against: the same headers as this test binary's.
+TEST_F(Cli, VersionNamesTheLibTorchAndCudaItWasBuiltWith) {
+  const auto r = run_omni({"--version"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // m[1] the LibTorch version, m[2] and m[3] its major and minor; m[5] and
+  // m[6] the CUDA toolkit's major and minor.
+  const std::regex line(R"(omni \d+\.\d+\.\d+ \(LibTorch ((\d+)\.(\d+)\.\d+\S*), )"
+                        R"((no CUDA|CUDA (\d+)\.(\d+))\)\n)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(r.out, m, line)) << r.out;
+  EXPECT_EQ(m[1].str(), TORCH_VERSION);
+  EXPECT_EQ(std::stoi(m[2]), TORCH_VERSION_MAJOR);
+  EXPECT_EQ(std::stoi(m[3]), TORCH_VERSION_MINOR);
+#ifdef OMNI_WITH_CUDA
+  ASSERT_TRUE(m[5].matched) << r.out;
+  EXPECT_EQ(std::stoi(m[5]), CUDART_VERSION / 1000);
+  EXPECT_EQ(std::stoi(m[6]), CUDART_VERSION % 1000 / 10);
+#else
+  EXPECT_EQ(m[4].str(), "no CUDA");
+#endif
 }
 
 // The regression: the output path was checked only after the whole

@@ -17,8 +17,12 @@ namespace gpu_test {
 class Cuda : public ::testing::Test {
  protected:
   void SetUp() override {
+#if OMNI_WITH_CUDA
     if (!omni::device::cuda_available())
-      GTEST_SKIP() << "no CUDA device (a build without OMNI_WITH_CUDA, or no GPU visible)";
+      GTEST_SKIP() << "no CUDA device visible (cudaGetDeviceCount found none: no GPU or driver)";
+#else
+    GTEST_SKIP() << "a build without the CUDA device (-DOMNI_WITH_CUDA=ON, scripts/build-cuda)";
+#endif
     device_ = omni::device::make_device(omni::device::DeviceSpec::parse("cuda:0"), true);
     warm_up();
   }
