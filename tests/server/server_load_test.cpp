@@ -136,7 +136,15 @@ TEST(ServerLoad, MemoryDoesNotGrowOverAHundredRequests) {
   constexpr double kLateGrowthMiB = 4.0;
 #endif
   EXPECT_LT(late_growth, kLateGrowthMiB) << "RSS grows every round: a leak";
-  EXPECT_LT(rss_mib[3] - rss_mib[0], 48.0);
+#ifdef __SANITIZE_ADDRESS__
+  // ASan's quarantine keeps up to 256 MiB of freed memory (quarantine_size_mb)
+  // before reusing it: a cold CI run saw 625 -> 855 -> 871 -> 880 MiB. The
+  // leak check is the late growth above.
+  constexpr double kTotalGrowthMiB = 48.0 + 256.0;
+#else
+  constexpr double kTotalGrowthMiB = 48.0;
+#endif
+  EXPECT_LT(rss_mib[3] - rss_mib[0], kTotalGrowthMiB);
 }
 
 TEST(ServerShutdown, SigtermLetsTheRunningRequestFinish) {
