@@ -13,16 +13,14 @@
 //
 // Fields follow OpenAI and vllm-omni: prompt, model, n, size "WxH" (or width
 // and height), response_format, negative_prompt, num_inference_steps,
-// guidance_scale, guidance_scale_2, boundary_ratio, flow_shift, seed; videos add num_frames, fps and
-// OpenAI's seconds. A field that is null is absent; unknown fields are ignored
-// (clients send "user", "quality", …). In a form every value is text, so a
-// number may come as its decimal text ("81"); in JSON it must be a number.
-// Failures throw ApiError: malformed (400) for bodies that are not a JSON
-// object and fields of the wrong type or missing; invalid_value (422) for
-// well-typed fields with values no request may have, and for fields this
-// server does not support yet (input_reference).
-// Values that depend on the model (size a multiple of 16, 4k+1 frames) are
-// the pipeline's resolve().
+// guidance_scale, guidance_scale_2, boundary_ratio, flow_shift, seed; videos add num_frames, fps
+// and OpenAI's seconds. A field that is null is absent; unknown fields are ignored (clients send
+// "user", "quality", …). In a form every value is text, so a number may come as its decimal text
+// ("81"); in JSON it must be a number. Failures throw ApiError: malformed (400) for bodies that are
+// not a JSON object and fields of the wrong type or missing; invalid_value (422) for well-typed
+// fields with values no request may have, and for fields this server does not support yet
+// (input_reference). Values that depend on the model (size a multiple of 16, 4k+1 frames) are the
+// pipeline's resolve().
 #pragma once
 
 #include <cstdint>
