@@ -6,7 +6,7 @@
 # leaves logs and JSON in $OUT.
 #
 #   scripts/gpu-check.sh vendor                                        (here, first)
-#   scripts/gpu-check.sh [all|build|run|test|bench-small|bench-full|bench-streamed]
+#   scripts/gpu-check.sh [all|build|run|first-run|test|bench-small|bench-full|bench-streamed]
 #                                                                      (there; default all)
 #
 # How a session runs it:
@@ -48,8 +48,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
 stage=${1:-all}
-case "$stage" in vendor | all | build | run | test | bench-small | bench-full | bench-streamed) ;; *)
-  echo "usage: $0 [vendor|all|build|run|test|bench-small|bench-full|bench-streamed]" >&2
+case "$stage" in vendor | all | build | run | first-run | test | bench-small | bench-full | bench-streamed) ;; *)
+  echo "usage: $0 [vendor|all|build|run|first-run|test|bench-small|bench-full|bench-streamed]" >&2
   exit 2
   ;;
 esac
@@ -339,10 +339,47 @@ EOF
   return $rc
 }
 
+# The GPU review's first-run list (../shared/reference/gpu-path-review.md §5):
+# B1 in a fresh process without any warm-up (the CLI's own path), layerwise
+# under a small budget with the allocator's peak against it (H1: released
+# blocks kept beyond the budget), and the overlap test that allocates after
+# compute is queued (H3; disabled in the suite until the weight arena).
+first_run() {
+  if [ ! -x "$OMNI" ]; then
+    note "SKIP first-run: $OMNI is not built"
+    return 1
+  fi
+  local rc=0
+  step 60 "B1: generate on cuda:0 with offload, no budget" "$OUT/b1-generate.log" \
+    "$OMNI" generate example:wan-shaped --device cuda:0 --enable-cpu-offload --steps 4 \
+    --size 32x32 --num-frames 1 --prompt "b1" --output "$OUT/b1.png" \
+    --report-json "$OUT/b1-report.json" || rc=1
+  tail -3 "$OUT/b1-generate.log"
+  step 60 "H1: layerwise under a 2 MiB budget" "$OUT/h1-layerwise.log" \
+    "$OMNI" generate example:wan-shaped --device cuda:0 --enable-layerwise-offload \
+    --device-memory-budget 2MiB --steps 4 --size 32x32 --num-frames 1 --prompt "h1" \
+    --output "$OUT/h1.png" --report-json "$OUT/h1-report.json" || rc=1
+  python3 - "$OUT/h1-report.json" >>"$SUMMARY" <<'EOF' || true
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"  H1 layerwise: allocator peak {r.get('device_peak_allocated_bytes')} B, "
+      f"ledger peak {r.get('peak_resident_bytes')} B, planned {r.get('planned_peak_bytes')} B "
+      f"(budget 2097152 B; the allocator's peak adds activations)")
+EOF
+  if [ -x "$BUILD/bin/omni_gpu_tests" ]; then
+    step 60 "H3: upload allocated after queued compute" "$OUT/h3-overlap.log" \
+      "$BUILD/bin/omni_gpu_tests" --gtest_also_run_disabled_tests \
+      --gtest_filter='*AnUploadAllocatedAfterQueuedComputeOverlapsIt*'
+    grep -E "upload|OK|FAILED" "$OUT/h3-overlap.log" | head -5 >>"$SUMMARY"
+  fi
+  return $rc
+}
+
 status=0
 case "$stage" in
   all)
     build || status=1
+    first_run || status=1
     # Small first: its figures survive whatever happens to the big run.
     bench small 150 --scale 1/16 --requests 4 --repeats 3 || status=1
     run_tests || status=1
@@ -353,11 +390,13 @@ case "$stage" in
     ;;
   build) build || status=1 ;;
   run)
+    first_run || status=1
     run_tests || status=1
     bench small 120 --scale 1/16 --requests 4 --repeats 3 || status=1
     bench full 600 --scale 1 --requests 4 --repeats 1 || status=1
     ;;
   test) run_tests || status=1 ;;
+  first-run) first_run || status=1 ;;
   bench-small) bench small 300 --scale 1/16 --requests 4 --repeats 3 || status=1 ;;
   bench-full) bench full 600 --scale 1 --requests 4 --repeats 1 || status=1 ;;
   bench-streamed)

@@ -14,7 +14,10 @@
 
 namespace gpu_test {
 
-class Cuda : public ::testing::Test {
+// Skips unless a CUDA device is usable; touches nothing of CUDA itself, so
+// a test using it alone starts from a process where CUDA is not initialised
+// (each gtest runs in its own process under ctest).
+class CudaCold : public ::testing::Test {
  protected:
   void SetUp() override {
 #if OMNI_WITH_CUDA
@@ -23,6 +26,14 @@ class Cuda : public ::testing::Test {
 #else
     GTEST_SKIP() << "a build without the CUDA device (-DOMNI_WITH_CUDA=ON, scripts/build-cuda)";
 #endif
+  }
+};
+
+class Cuda : public CudaCold {
+ protected:
+  void SetUp() override {
+    CudaCold::SetUp();
+    if (IsSkipped()) return;
     device_ = omni::device::make_device(omni::device::DeviceSpec::parse("cuda:0"), true);
     warm_up();
   }
