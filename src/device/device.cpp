@@ -126,6 +126,9 @@ std::uint64_t parse_byte_size(std::string_view text) {
     scale = 1e12;
   OMNI_CHECK(scale > 0 && value >= 0 && std::isfinite(value), ConfigError, "invalid byte size '",
              text, "': use a number with an optional unit B, KiB, MiB, GiB, KB, MB or GB");
+  // 2^64: past it the conversion below is undefined (L6 of the GPU review).
+  OMNI_CHECK(value * scale < 18446744073709551616.0, ConfigError, "byte size '", text,
+             "' is too large: at most 16 EiB (2^64 bytes)");
   return static_cast<std::uint64_t>(value * scale);
 }
 

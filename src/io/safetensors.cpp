@@ -296,7 +296,11 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   const auto size = static_cast<std::size_t>(st.st_size);
   void* map = nullptr;
   if (size > 0) {
-    map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    // Copy-on-write: pages stay the page cache's until written; a write (a
+    // weight changed in place after offload is disabled, Note [Weights that
+    // alias the file]) gets a private page instead of a SIGSEGV (L5 of the
+    // GPU review), and never reaches the file.
+    map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
       ::close(fd);
       throw FormatError(label + ": cannot map file: " + std::strerror(errno));

@@ -60,6 +60,20 @@ TEST(ByteSize, ParsesUnits) {
   EXPECT_EQ(format_bytes(1536), "1.50 KiB");
 }
 
+// Sizes past 2^64 bytes are a ConfigError saying so, not an undefined
+// conversion (L6 of the GPU review); the largest that fit still parse.
+TEST(ByteSize, TooLargeIsAConfigErrorNotAWrappedNumber) {
+  EXPECT_EQ(parse_byte_size("16000000TiB"), 16000000ull << 40);
+  for (const char* huge : {"1e30GiB", "20000000TiB", "18446744073709551616", "1e300"}) {
+    try {
+      (void)parse_byte_size(huge);
+      ADD_FAILURE() << huge << " parsed";
+    } catch (const omni::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("too large"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(SimDevice, EnforcesCapacityWithTypedError) {
   DeviceOptions options;
   options.sim_memory_bytes = 1000;

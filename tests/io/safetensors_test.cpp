@@ -69,6 +69,23 @@ TEST(Safetensors, RoundTripKeepsDtypesValuesAndOrder) {
   }
 }
 
+// Views alias a private copy-on-write mapping: a tensor changed in place
+// (weights reloaded after offload is disabled, L5 of the GPU review) changes
+// this process's copy, with no SIGSEGV, and the file stays as written.
+TEST(Safetensors, WritingToAViewChangesOnlyThisProcesssCopy) {
+  const auto original = torch::arange(1024, torch::kFloat32);
+  auto path = temp_path("cow.safetensors");
+  save_safetensors(path, {{"w", original}});
+  auto file = SafetensorsFile::open(path);
+  auto view = file->view("w");
+  view.add_(1);
+  EXPECT_TRUE(torch::equal(view, original + 1));
+  EXPECT_TRUE(torch::equal(file->view("w"), original + 1)) << "the same mapping";
+  EXPECT_TRUE(torch::equal(SafetensorsFile::open(path)->view("w"), original))
+      << "the file is unchanged";
+  EXPECT_TRUE(torch::equal(load_safetensors(path).at(0).second, original));
+}
+
 TEST(Safetensors, RejectsTruncatedFile) {
   auto path = temp_path("truncated.safetensors");
   save_safetensors(path, {{"w", torch::randn({16, 16})}});

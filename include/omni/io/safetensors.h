@@ -66,7 +66,9 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> prefix,
 SafetensorsHeader read_safetensors_header(const std::filesystem::path& path);
 
 // A memory-mapped safetensors file. Tensors returned by view() alias the
-// read-only mapping and keep it alive; never write to them.
+// mapping and keep it alive. The mapping is private and copy-on-write: a
+// write to a view changes this process's copy (a private page), never the
+// file.
 class SafetensorsFile : public std::enable_shared_from_this<SafetensorsFile> {
  public:
   static std::shared_ptr<SafetensorsFile> open(const std::filesystem::path& path);
