@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "engine/torch_errors.h"
 #include "omni/device/cpu_threads.h"
 #include "omni/engine/inspect.h"
 #include "omni/error.h"
@@ -123,6 +124,7 @@ Omni::Omni(EngineArgs args) : args_(std::move(args)), prompt_cache_(args_.prompt
   if (args_.offload_auto && device_->supports_offload()) {
     policy = choose_policy();
     offload_options.device_memory_budget = args_.offload.device_memory_budget;
+    offload_options.prefetch_into_spare_memory = true;  // Note [The seed's bound by default]
   }
   if (offload || device_->supports_offload())
     backend_ = std::make_unique<offload::OffloadBackend>(*device_, offload::make_policy(policy),
@@ -163,19 +165,20 @@ Omni::~Omni() {
   if (backend_) backend_->disable();
 }
 
-namespace {
-// Note [Unusable placeholders] (device.cpp): an operator reading an offloaded
-// weight on sim fails inside LibTorch with a PrivateUse1 dispatch error.
-[[noreturn]] void translate(const c10::Error& e) {
+namespace engine {
+[[noreturn]] void rethrow_torch_error(const c10::Error& e) {
   const std::string what = e.what();
+  const auto first_line = what.substr(0, what.find('\n'));
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e))
+    throw DeviceOutOfMemory("out of device memory during compute: " + first_line);
   if (what.find("PrivateUse1") != std::string::npos)
     throw NonResidentWeightAccess(
         "a computation used a weight that is not resident on the device (it is offloaded); "
         "a component ran without its pre-forward hook: " +
-        what.substr(0, what.find('\n')));
-  throw;
+        first_line);
+  throw;  // as it was caught, derived type and all
 }
-}  // namespace
+}  // namespace engine
 
 GenerateResult Omni::generate(const GenerationRequest& request,
                               const pipelines::ProgressFn& progress) {
@@ -221,7 +224,7 @@ void Omni::run_resolved(std::vector<GenerateResult>& results,
     else
       outputs = pipeline_->run_batch(requests, context);
   } catch (const c10::Error& e) {
-    translate(e);
+    engine::rethrow_torch_error(e);
   }
   OMNI_INTERNAL_ASSERT(outputs.size() == results.size(), "a batch of ", results.size(),
                        " requests gave ", outputs.size(), " outputs");
