@@ -63,6 +63,7 @@ device::MemoryStats MeteredDevice::memory_stats() const {
   auto stats = inner_.memory_stats();
   if (!cache_) return stats;
   std::lock_guard<std::mutex> lock(state_->mutex);
+  stats.reserved_bytes = stats.allocated_bytes;  // the inner device's: in use and cached
   stats.allocated_bytes = state_->in_use;
   stats.peak_allocated_bytes = state_->peak_in_use;
   return stats;

@@ -108,6 +108,10 @@ torch::Tensor SimDevice::allocate(std::size_t bytes) {
 void SimDevice::copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src,
                                std::size_t bytes, bool) {
   OMNI_INTERNAL_ASSERT(offset + bytes <= static_cast<std::size_t>(buffer.numel()));
+  ++copies_;
+  if (const auto n = fault::armed_faults().fail_copy_number; n && *n == copies_)
+    throw Error(detail::concat("sim: host-to-device copy failed (injected fault at copy ", copies_,
+                               ")"));
   link_->enqueue(buffer.data_ptr<std::uint8_t>() + offset, src, bytes, buffer);
 }
 
@@ -144,7 +148,9 @@ torch::Tensor SimDevice::offloaded_view(const torch::Tensor& home) {
 
 MemoryStats SimDevice::memory_stats() const {
   std::lock_guard<std::mutex> lock(counters_->mutex);
-  return {counters_->allocated, counters_->peak, options_.sim_memory_bytes};
+  MemoryStats stats{counters_->allocated, counters_->peak, options_.sim_memory_bytes};
+  stats.reserved_bytes = counters_->allocated;  // frees are immediate: nothing is cached
+  return stats;
 }
 
 void SimDevice::reset_peak() {

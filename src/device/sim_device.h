@@ -47,6 +47,7 @@ class SimDevice final : public Device, public CopyBack {
   std::shared_ptr<Counters> counters_ = std::make_shared<Counters>();
   std::shared_ptr<SimLink> link_;
   int allocations_ = 0;
+  int copies_ = 0;
 };
 
 }  // namespace omni::device

@@ -15,8 +15,10 @@ std::uint64_t device_budget(const device::Device& device, const OffloadOptions& 
   if (options.device_memory_budget) return *options.device_memory_budget;
   const auto stats = device.memory_stats();
   if (stats.capacity_bytes == 0) return 0;
+  // What this process could use: free memory plus what its allocator holds,
+  // cached blocks included (cudaMemGetInfo counts those as used).
   const auto memory =
-      stats.free_bytes > 0 ? stats.free_bytes + stats.allocated_bytes : stats.capacity_bytes;
+      stats.free_bytes > 0 ? stats.free_bytes + stats.reserved_bytes : stats.capacity_bytes;
   std::uint64_t reserve = 0;
   if (options.reserve_bytes)
     reserve = *options.reserve_bytes;

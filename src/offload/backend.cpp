@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <utility>
 
 #include "offload/rebind.h"
 #include "omni/error.h"
@@ -118,7 +119,7 @@ void OffloadBackend::upload_group(Component& c, std::size_t g, bool account) {
   const auto payload = static_cast<std::int64_t>(c.home->payload_bytes(g));
   if (account) ledger_.check_move(c.ledger_index, payload);  // before a byte moves
   auto uploaded = mover_.upload(*c.home, g);
-  if (!c.transfer) c.transfer = recorder_.open_transfer(index_of(c));
+  if (!c.transfer) c.transfer = recorder_.open_transfer(index_of(c), uploads_for_next_request_);
   recorder_.add_copy(*c.transfer, uploaded.bytes, uploaded.pinned, std::move(uploaded.timer));
   slot = std::move(uploaded);
   if (account) ledger_.move_bytes(c.ledger_index, payload);
@@ -249,7 +250,15 @@ void OffloadBackend::enter(std::size_t index) {
   if (ledger_.entries()[c.ledger_index].swappable && !streams_blocks(c))
     make_resident(index, /*wait_all=*/!stream, evict);
   running_.push_back(index);
-  if (stream) plan_ahead(index);
+  if (!stream) return;
+  try {
+    plan_ahead(index);
+  } catch (...) {
+    // The exit hook never runs for a pre-hook that throws: without this the
+    // index would stay running and refuse every later eviction of it (H5).
+    leave(index);
+    throw;
+  }
 }
 
 void OffloadBackend::leave(std::size_t index) noexcept {
@@ -346,11 +355,35 @@ std::uint64_t OffloadBackend::missing_bytes(const Component& c) const {
   return e.bytes - e.resident_bytes;
 }
 
+namespace {
+// `flag` is `value` until the end of the scope.
+class ScopedFlag {
+ public:
+  ScopedFlag(bool& flag, bool value) : flag_(flag), before_(std::exchange(flag, value)) {}
+  ~ScopedFlag() { flag_ = before_; }
+  ScopedFlag(const ScopedFlag&) = delete;
+  ScopedFlag& operator=(const ScopedFlag&) = delete;
+
+ private:
+  bool& flag_;
+  bool before_;
+};
+}  // namespace
+
+std::uint64_t OffloadBackend::prefetch_limit() const {
+  if (policy_->kind() != PolicyKind::model_level || options_.prefetch_into_spare_memory)
+    return budget_bytes_;
+  const auto bound = planned_peak_ + 2 * largest_group_bytes_;
+  return budget_bytes_ > 0 ? std::min(bound, budget_bytes_) : bound;
+}
+
 void OffloadBackend::plan_ahead(std::size_t index) {
   const auto position = next_call_after_current(index);
   if (!position) return;
   const auto next = *component_at(*position);
   if (next == index) return;
+  const bool for_next_request = *position >= request_calls_;
+  const ScopedFlag tagged(uploads_for_next_request_, for_next_request);
   if (streams_blocks(components_[next])) {
     // A running layerwise DiT's window reaches into the next call itself.
     if (streams_blocks(components_[index])) return;
@@ -372,13 +405,17 @@ void OffloadBackend::plan_ahead(std::size_t index) {
     if (std::find(running_.begin(), running_.end(), i) == running_.end()) offload(components_[i]);
   if (ledger_.where(n.ledger_index) == Residency::device) return;
   const bool replaces = std::find(evict.begin(), evict.end(), index) != evict.end();
-  if (budget_bytes_ > 0 && ledger_.resident_bytes() + missing_bytes(n) <= budget_bytes_) {
+  const auto limit = prefetch_limit();
+  if (limit > 0 && ledger_.resident_bytes() + missing_bytes(n) <= limit) {
     ledger_.set_incoming(n.ledger_index);
     try {
       upload_groups(n, n.order);
     } catch (const DeviceOutOfMemory&) {
       // A prefetch is an offer, not a need: the device said no; N streams in at its entry.
       ledger_.set_incoming(std::nullopt);
+    } catch (...) {
+      ledger_.set_incoming(std::nullopt);  // nothing of N arrived (all-or-nothing)
+      throw;
     }
     return;
   }
@@ -386,13 +423,14 @@ void OffloadBackend::plan_ahead(std::size_t index) {
       cursor_ >= schedule_.size() || schedule_[cursor_] != running.resolved.path;
   if (!replaces || !final_call || !running.streams) return;
   ledger_.set_incoming(n.ledger_index);
-  rolling_ = Rolling{index, next, 0};
+  rolling_ = Rolling{index, next, 0, for_next_request};
   roll(index, running.entry_groups);  // what fits in the slack goes now
 }
 
 void OffloadBackend::roll(std::size_t from, std::size_t position) {
   auto& out = components_[from];
   auto& in = components_[rolling_->to];
+  const ScopedFlag tagged(uploads_for_next_request_, rolling_->for_next_request);
   for (std::size_t k = out.entry_groups; k < position; ++k) release_group(out, out.order[k]);
   // Never above the planned peak + 2 groups, nor above what the device allows.
   auto limit = planned_peak_ + 2 * largest_group_bytes_;
@@ -413,11 +451,13 @@ void OffloadBackend::roll(std::size_t from, std::size_t position) {
 void OffloadBackend::set_schedule(std::vector<std::string> calls) {
   schedule_ = std::move(calls);
   cursor_ = 0;
+  request_calls_ = schedule_.size();
 }
 
 void OffloadBackend::append_schedule(const std::vector<std::string>& calls) {
   if (cursor_ > 0) {
     schedule_.erase(schedule_.begin(), schedule_.begin() + static_cast<std::ptrdiff_t>(cursor_));
+    request_calls_ -= std::min(request_calls_, cursor_);
     cursor_ = 0;
   }
   schedule_.insert(schedule_.end(), calls.begin(), calls.end());
@@ -803,8 +843,18 @@ void OffloadBackend::install() {
 }
 
 void OffloadBackend::begin_request() {
-  recorder_.begin_request();
-  for (auto& c : components_) c.transfer.reset();  // records are per request
+  // No forward runs between requests: what a failed one left is stale.
+  running_.clear();
+  // Records are per request; a prefetch for this one keeps its record
+  // (Note [Transfers for the next request]).
+  const auto moved = recorder_.begin_request();
+  for (auto& c : components_) {
+    if (c.transfer && *c.transfer < moved.size() &&
+        moved[*c.transfer] != OffloadRecorder::kNoTransfer)
+      c.transfer = moved[*c.transfer];
+    else
+      c.transfer.reset();
+  }
   ledger_.reset_peak();
   device_.reset_peak();
 }

@@ -20,10 +20,11 @@ void OffloadRecorder::add_component(const LedgerEntry& entry) {
   stats_.push_back(std::move(r));
 }
 
-std::size_t OffloadRecorder::open_transfer(std::size_t index) {
-  ++stats_.at(index).uploads;
-  transfers_.push_back({stats_.at(index).name, Direction::h2d, 0, 0.0, true});
-  transfer_owner_.push_back(index);
+std::size_t OffloadRecorder::open_transfer(std::size_t index, bool for_next_request) {
+  (void)stats_.at(index);
+  transfers_.push_back({stats_[index].name, Direction::h2d, 0, 0.0, true});
+  transfer_owner_.push_back({index, for_next_request});
+  if (!for_next_request) ++stats_[index].uploads;
   return transfers_.size() - 1;
 }
 
@@ -32,9 +33,13 @@ void OffloadRecorder::add_copy(std::size_t transfer, std::uint64_t bytes, bool p
   auto& t = transfers_.at(transfer);
   t.bytes += bytes;
   t.pinned = t.pinned && pinned;
-  auto& c = stats_.at(transfer_owner_.at(transfer));
-  c.upload_bytes += bytes;
-  if (link_time) pending_.push_back({transfer, transfer_owner_.at(transfer), std::move(link_time)});
+  const auto owner = transfer_owner_.at(transfer);
+  if (!owner.next_request) stats_.at(owner.component).upload_bytes += bytes;
+  if (link_time) pending_.push_back({transfer, owner.component, std::move(link_time)});
+}
+
+bool OffloadRecorder::held(const Pending& p) const {
+  return p.transfer != kWait && transfer_owner_.at(p.transfer).next_request;
 }
 
 void OffloadRecorder::add_wait(std::size_t index, std::unique_ptr<device::DeviceDuration> waited) {
@@ -42,7 +47,12 @@ void OffloadRecorder::add_wait(std::size_t index, std::unique_ptr<device::Device
 }
 
 void OffloadRecorder::resolve() {
+  std::vector<Pending> kept;
   for (auto& p : pending_) {
+    if (held(p)) {  // not waited for: Note [Transfers for the next request]
+      kept.push_back(std::move(p));
+      continue;
+    }
     const double seconds = p.duration->seconds();
     auto& c = stats_.at(p.component);
     if (p.transfer == kWait) {
@@ -52,18 +62,39 @@ void OffloadRecorder::resolve() {
       c.upload_seconds += seconds;
     }
   }
-  pending_.clear();
+  pending_ = std::move(kept);
 }
 
-void OffloadRecorder::begin_request() {
+std::vector<std::size_t> OffloadRecorder::begin_request() {
   resolve();
   // Only the running request's transfers are listed; earlier ones live on
-  // in the totals, so a long-running server does not accumulate them.
-  for (const auto& t : transfers_)
-    (t.direction == Direction::h2d ? earlier_h2d_bytes_ : earlier_d2h_bytes_) += t.bytes;
-  transfers_.clear();
-  transfer_owner_.clear();
+  // in the totals, so a long-running server does not accumulate them. Held
+  // ones become this request's.
+  std::vector<Transfer> next;
+  std::vector<Owner> next_owner;
+  std::vector<std::size_t> moved_to(transfers_.size(), kNoTransfer);
+  for (std::size_t t = 0; t < transfers_.size(); ++t) {
+    if (transfer_owner_[t].next_request) {
+      moved_to[t] = next.size();
+      next.push_back(transfers_[t]);
+      next_owner.push_back({transfer_owner_[t].component, false});
+      continue;
+    }
+    const auto& done = transfers_[t];
+    (done.direction == Direction::h2d ? earlier_h2d_bytes_ : earlier_d2h_bytes_) += done.bytes;
+  }
+  for (auto& p : pending_) p.transfer = moved_to.at(p.transfer);  // all held: resolve() ran
+  transfers_ = std::move(next);
+  transfer_owner_ = std::move(next_owner);
   request_start_ = stats_;
+  for (std::size_t t = 0; t < transfers_.size(); ++t) count(t);
+  return moved_to;
+}
+
+void OffloadRecorder::count(std::size_t transfer) {
+  auto& c = stats_.at(transfer_owner_.at(transfer).component);
+  ++c.uploads;
+  c.upload_bytes += transfers_.at(transfer).bytes;
 }
 
 OffloadReport OffloadRecorder::build(bool per_request, const ResidencyLedger& ledger) {
@@ -74,7 +105,9 @@ OffloadReport OffloadRecorder::build(bool per_request, const ResidencyLedger& le
     r.h2d_bytes = earlier_h2d_bytes_;
     r.d2h_bytes = earlier_d2h_bytes_;
   }
-  for (const auto& t : transfers_) {
+  for (std::size_t i = 0; i < transfers_.size(); ++i) {
+    if (transfer_owner_[i].next_request) continue;
+    const auto& t = transfers_[i];
     (t.direction == Direction::h2d ? r.h2d_bytes : r.d2h_bytes) += t.bytes;
     r.transfers.push_back(t);
   }

@@ -23,6 +23,9 @@ struct Faults {
   std::optional<std::uint64_t> pin_budget_bytes;
   // Fail a device's N-th allocation (1-based) with DeviceOutOfMemory.
   std::optional<int> fail_allocation_number;
+  // Fail a device's N-th host-to-device copy (1-based) with omni::Error, as a
+  // failed cudaMemcpyAsync does: not an out-of-memory, nothing is enqueued.
+  std::optional<int> fail_copy_number;
   // Make an offload backend's N-th hook installation (1-based) throw.
   std::optional<int> fail_hook_install_number;
 };

@@ -37,7 +37,63 @@ offload::OffloadChoice choose(std::uint64_t budget_mb) {
   return offload::choose_offload(a14b(), budget_mb * kMB, 1, a14b_calls());
 }
 
+// A device that only reports memory figures, as a CUDA card with a caching
+// allocator would: nothing else of it is used.
+class StatsOnlyDevice final : public device::Device {
+ public:
+  explicit StatsOnlyDevice(device::MemoryStats stats) : stats_(stats) {}
+  device::DeviceKind kind() const override { return device::DeviceKind::cuda; }
+  std::string name() const override { return "stats-only"; }
+  torch::Device compute_device() const override { return torch::kCPU; }
+  std::shared_ptr<void> pin_host(void*, std::size_t) override { return unused<std::shared_ptr<void>>(); }
+  torch::Tensor allocate(std::size_t) override { return unused<torch::Tensor>(); }
+  void copy_to_device(torch::Tensor&, std::size_t, const void*, std::size_t, bool) override {
+    unused<int>();
+  }
+  std::shared_ptr<device::UploadFence> fence_uploads() override {
+    return unused<std::shared_ptr<device::UploadFence>>();
+  }
+  std::unique_ptr<device::DeviceDuration> wait_for(
+      const std::shared_ptr<device::UploadFence>&) override {
+    return unused<std::unique_ptr<device::DeviceDuration>>();
+  }
+  std::unique_ptr<device::TransferTimer> start_transfer_timer() override {
+    return unused<std::unique_ptr<device::TransferTimer>>();
+  }
+  void retire(torch::Tensor&) override { unused<int>(); }
+  torch::Tensor offloaded_view(const torch::Tensor&) override { return unused<torch::Tensor>(); }
+  void synchronize() override { unused<int>(); }
+  device::MemoryStats memory_stats() const override { return stats_; }
+  void reset_peak() override { unused<int>(); }
+
+ private:
+  template <typename T>
+  static T unused() {
+    throw InternalError("StatsOnlyDevice: only memory_stats() is implemented");
+  }
+  device::MemoryStats stats_;
+};
+
 }  // namespace
+
+// The default budget counts the allocator's cache as usable (cudaMemGetInfo
+// counts it as used): after an earlier engine in the same process left 30 GB
+// cached, the budget is still the card minus the reserve (M3 of the GPU
+// review).
+TEST(DeviceBudget, CountsTheAllocatorsCacheAsUsable) {
+  constexpr std::uint64_t kGiB = 1ull << 30;
+  device::MemoryStats stats;
+  stats.capacity_bytes = 80 * kGiB;
+  stats.allocated_bytes = 2 * kGiB;   // handed out now
+  stats.reserved_bytes = 32 * kGiB;   // handed out or cached
+  stats.free_bytes = 48 * kGiB;       // the rest of the card
+  StatsOnlyDevice device(stats);
+  offload::OffloadOptions options;
+  options.reserve_bytes = 16 * kGiB;
+  EXPECT_EQ(offload::device_budget(device, options), 64 * kGiB);
+  options.device_memory_budget = 10 * kGiB;  // an explicit budget is taken as given
+  EXPECT_EQ(offload::device_budget(device, options), 10 * kGiB);
+}
 
 TEST(ChooseOffload, EverythingFitsMeansAllResident) {
   const auto c = choose(80000);

@@ -48,12 +48,16 @@ struct DeviceOptions {
 };
 
 struct MemoryStats {
-  std::uint64_t allocated_bytes = 0;  // device bytes held by omni's buffers now
+  std::uint64_t allocated_bytes = 0;  // device bytes this process has handed out now
   std::uint64_t peak_allocated_bytes = 0;
   std::uint64_t capacity_bytes = 0;  // 0 when unknown
   // What the device could still hand out, to us or other programs (cuda);
   // 0 when it does not say (sim: capacity minus allocated is what is left).
   std::uint64_t free_bytes = 0;
+  // Bytes this process's allocator holds, handed out or cached for reuse
+  // (cuda's reserved memory, which free_bytes does not count); sim: the
+  // allocated bytes. free + reserved is what this process could use.
+  std::uint64_t reserved_bytes = 0;
 };
 
 // A duration measured on the device; seconds() may wait until it is known.

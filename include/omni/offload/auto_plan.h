@@ -42,7 +42,8 @@ struct ComponentSize {
 };
 
 // The device bytes weights may hold: OffloadOptions::device_memory_budget,
-// else the device's memory (sim: capacity; cuda: free plus what omni holds)
+// else the device's memory (sim: capacity; cuda: free memory plus what this
+// process's allocator holds, its cache included: M3 of the GPU review)
 // minus the reserve (default 0 on sim, max(20 %, 4 GiB) on cuda); 0 when the
 // device does not say.
 std::uint64_t device_budget(const device::Device& device, const OffloadOptions& options);

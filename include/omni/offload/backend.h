@@ -35,13 +35,27 @@
 // - The pipeline hands the backend its calls (set_schedule). At a
 //   component's last call before the next swappable component N:
 //   components N's activation would evict anyway leave now; N is prefetched
-//   whole if the device (the budget: capacity minus the reserve by default)
-//   holds it beside what stays; else, if N must replace the running
-//   component, the two roll: each of the running component's hooked groups
-//   leaves after its last use and N's groups arrive into the space, never
-//   above the planned peak + 2 × the largest group, nor the budget.
+//   whole if the prefetch limit holds it beside what stays; else, if N must
+//   replace the running component, the two roll: each of the running
+//   component's hooked groups leaves after its last use and N's groups
+//   arrive into the space, never above the planned peak + 2 × the largest
+//   group, nor the budget.
+// - The prefetch limit: Note [The seed's bound by default].
 // - In flight, N is the ledger's `incoming` component (Note [Components in
 //   flight]); it becomes the running one at its first call.
+//
+// Note [The seed's bound by default]
+// A user who turns on --enable-cpu-offload asks for the memory bound of the
+// seed, whatever the device's free memory: peak resident weights ≤ the
+// model-level minimum (the planned peak) + 2 × the largest block group (the
+// rolling swap's margin); --offload-streaming off gives the minimum itself.
+// So model-level streaming prefetches a whole component beside the running
+// one only within that bound (the next request's encoder during the decode,
+// typically). Spare device memory beyond it is used only when asked for:
+// the budget policy (--device-memory-budget), or
+// OffloadOptions::prefetch_into_spare_memory, which --offload auto sets when
+// it picks model-level; then the limit is the budget (the device's memory
+// minus the reserve by default).
 //
 // Threading: a backend, its pipeline and its device are driven by one thread
 // at a time (the engine's worker). Hooks run on the thread calling forward.
@@ -76,6 +90,11 @@ struct OffloadOptions {
   // Note [Streaming model-level offload]. Off: whole-component swaps, the
   // seed's strict behaviour (--offload-streaming off).
   bool streaming = true;
+  // Model-level streaming may prefetch a whole component into the spare
+  // device memory the budget allows, beyond the seed's bound (Note [The
+  // seed's bound by default]). Off by default; --offload auto turns it on
+  // when it picks model-level.
+  bool prefetch_into_spare_memory = false;
   // Device bytes kept free of weights (activations, other programs) when
   // the default budget is worked out (--reserve-memory). nullopt: 0 on sim
   // (its capacity counts weights only), on cuda a fifth of the card and at
@@ -254,6 +273,8 @@ class OffloadBackend : public SplitOffloadHost {
   std::optional<std::size_t> next_call_after_current(std::size_t index) const;
   std::optional<std::size_t> component_at(std::size_t position) const;
   std::uint64_t missing_bytes(const Component& c) const;
+  // Note [The seed's bound by default]; 0: none known.
+  std::uint64_t prefetch_limit() const;
 
   Mover mover_;
   OffloadRecorder recorder_;
@@ -274,12 +295,16 @@ class OffloadBackend : public SplitOffloadHost {
 
   std::vector<std::string> schedule_;
   std::size_t cursor_ = 0;            // the next call of schedule_
+  std::size_t request_calls_ = 0;     // schedule_'s calls before the queued requests'
+  // Uploads now are for a queued request (Note [Transfers for the next request]).
+  bool uploads_for_next_request_ = false;
   std::vector<std::size_t> running_;  // components whose forward is running, innermost last
   // A rolling swap in progress: `from`'s groups leave after their last use
   // in its final call and `to`'s arrive into the space (Note [Streaming…]).
   struct Rolling {
     std::size_t from, to;
     std::size_t next_to = 0;  // position in to's upload order of the next group to upload
+    bool for_next_request = false;  // `to`'s call is a queued request's
   };
   std::optional<Rolling> rolling_;
 };

@@ -6,6 +6,13 @@
 //
 // Residency is not recorded here: the ledger is its one store, and the
 // report's `where` and peak come from it.
+//
+// Note [Transfers for the next request]
+// A prefetch made during one request for a call of a queued one (the next
+// request's encoder during this one's decode) belongs to the request that
+// uses it (M8 of the GPU review): it is held aside, counted in no report
+// and not waited for when this request's report is built, and joins the
+// next request at begin_request().
 #pragma once
 
 #include <cstdint>
@@ -27,8 +34,8 @@ class OffloadRecorder {
 
   // A new transfer record for component `index`, counted as one upload (one
   // per phase entry or swap: the groups uploaded for it add to it). Returns
-  // its handle.
-  std::size_t open_transfer(std::size_t index);
+  // its handle. `for_next_request`: Note [Transfers for the next request].
+  std::size_t open_transfer(std::size_t index, bool for_next_request = false);
   // Adds one group's copy (bytes, pinned, and its link-time timer) to `transfer`.
   void add_copy(std::size_t transfer, std::uint64_t bytes, bool pinned,
                 std::unique_ptr<device::DeviceDuration> link_time);
@@ -36,8 +43,11 @@ class OffloadRecorder {
   void add_wait(std::size_t index, std::unique_ptr<device::DeviceDuration> waited);
   void count_offload(std::size_t index) { ++stats_.at(index).offloads; }
 
-  // Starts a request: its transfers list starts empty; totals carry on.
-  void begin_request();
+  // Starts a request: its transfers list starts empty but for the held ones;
+  // totals carry on. Returns each earlier transfer handle's new handle, or
+  // kNoTransfer where it is gone.
+  static constexpr std::size_t kNoTransfer = std::size_t(-1);
+  std::vector<std::size_t> begin_request();
   // The report of the running request (per_request) or of everything since
   // the start, with residency and peak from `ledger` and host bytes given.
   OffloadReport build(bool per_request, const ResidencyLedger& ledger);
@@ -50,12 +60,18 @@ class OffloadRecorder {
     std::size_t component;
     std::unique_ptr<device::DeviceDuration> duration;
   };
+  struct Owner {
+    std::size_t component;
+    bool next_request;  // held aside until begin_request()
+  };
   void resolve();
+  bool held(const Pending& p) const;
+  void count(std::size_t transfer);
 
   std::vector<ComponentReport> stats_;
   std::vector<ComponentReport> request_start_;
-  std::vector<Transfer> transfers_;          // of the running request
-  std::vector<std::size_t> transfer_owner_;  // component index of each transfer
+  std::vector<Transfer> transfers_;  // of the running request, and held ones
+  std::vector<Owner> transfer_owner_;
   std::vector<Pending> pending_;
   std::uint64_t earlier_h2d_bytes_ = 0;
   std::uint64_t earlier_d2h_bytes_ = 0;

@@ -6,10 +6,22 @@
 // the reverse (a transfer-stream pool would keep the two apart). Since the
 // compute stream may still be using the memory it just handed out (a block
 // freed by queued kernels), the transfer stream first waits on an event
-// recorded on the compute stream at allocation; the copy is then recorded on
-// the buffer (record_stream) so the buffer is not reused before the copy is
-// done. Compute waits for a copy through an event recorded on the transfer
-// stream (wait_for): the host never blocks. How long compute waited is the
+// recorded on the compute stream at allocation. The buffer is not marked
+// as used by the transfer stream (record_stream): compute waits for its
+// copies before any use (wait_for), so a free after that use is ordered
+// after the copy on the compute stream, and a buffer released before compute
+// waited is kept by the offload::Mover until its fence is done. The mark
+// would only hold freed memory back until the transfer stream passed the
+// free (H2 of the GPU review). Compute waits for a copy through an event
+// recorded on the transfer stream (wait_for): the host never blocks.
+//
+// Note [CUDA initialised at construction]
+// The caching allocator's statistics (getDeviceStats, resetPeakStats) fail
+// with "did you call init?" until CUDA is initialised in the process, which
+// happens lazily at the first CUDA tensor. The device creates an empty one
+// when constructed, so that working out the budget before anything is
+// uploaded works (B1 of the GPU review). LibTorch's own lazy-init function
+// is not named: 2.5 renamed it. How long compute waited is the
 // gap between an event recorded on the compute stream just before the wait
 // and the copy's own event, clamped at zero: the exposed transfer.
 #include "device/cuda/cuda_device.h"
@@ -103,7 +115,11 @@ class CudaDevice final : public Device, public CopyBack {
       : index_(index),
         options_(options),
         transfer_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false,
-                                               static_cast<c10::DeviceIndex>(index))) {}
+                                               static_cast<c10::DeviceIndex>(index))) {
+    // Note [CUDA initialised at construction].
+    c10::cuda::CUDAGuard guard(device_index());
+    (void)torch::empty({0}, torch::TensorOptions().dtype(torch::kUInt8).device(compute_device()));
+  }
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
   std::string name() const override { return "cuda:" + std::to_string(index_); }
@@ -154,6 +170,9 @@ class CudaDevice final : public Device, public CopyBack {
 
   void copy_to_device(torch::Tensor& buffer, std::size_t offset, const void* src, std::size_t bytes,
                       bool src_pinned) override {
+    ++copies_;
+    if (const auto n = fault::armed_faults().fail_copy_number; n && *n == copies_)
+      throw Error(detail::concat("cuda: injected fault at host-to-device copy ", copies_));
     c10::cuda::CUDAGuard guard(device_index());
     auto* dst = static_cast<std::uint8_t*>(buffer.data_ptr()) + offset;
     // From pinned memory the copy is truly asynchronous; from pageable memory
@@ -161,8 +180,7 @@ class CudaDevice final : public Device, public CopyBack {
     // way it is ordered on the transfer stream.
     (void)src_pinned;
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, transfer_.stream()),
-          "host-to-device copy");
-    c10::cuda::CUDACachingAllocator::recordStream(buffer.storage().data_ptr(), transfer_);
+          "host-to-device copy");  // no record_stream (Note [Uploads on the transfer stream])
   }
 
   std::shared_ptr<UploadFence> fence_uploads() override {
@@ -221,8 +239,10 @@ class CudaDevice final : public Device, public CopyBack {
     const auto& all = stats.allocated_bytes[0];
     std::size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
-    return {static_cast<std::uint64_t>(all.current), static_cast<std::uint64_t>(all.peak),
-            static_cast<std::uint64_t>(total_bytes), static_cast<std::uint64_t>(free_bytes)};
+    MemoryStats out{static_cast<std::uint64_t>(all.current), static_cast<std::uint64_t>(all.peak),
+                    static_cast<std::uint64_t>(total_bytes), static_cast<std::uint64_t>(free_bytes)};
+    out.reserved_bytes = static_cast<std::uint64_t>(stats.reserved_bytes[0].current);
+    return out;
   }
 
   void reset_peak() override {
@@ -240,6 +260,7 @@ class CudaDevice final : public Device, public CopyBack {
   DeviceOptions options_;
   c10::cuda::CUDAStream transfer_;
   int allocations_ = 0;
+  int copies_ = 0;
   // Shared with the pin handles, which unpin (and count down) when dropped.
   std::shared_ptr<std::atomic<std::uint64_t>> pinned_bytes_ =
       std::make_shared<std::atomic<std::uint64_t>>(0);
