@@ -323,6 +323,14 @@ std::vector<BatchOutcome> Omni::generate_batch(const std::vector<GenerationReque
       outcome.result = std::move(results[k]);
       outcome.seconds = since_start();
     }
+  } catch (const Cancelled&) {
+    // From a cancel point inside a step (Note [Cancel points inside a step]):
+    // the caller's check stops the run only once every member is cancelled.
+    for (const auto m : members)
+      if (!outcomes[m].error) {
+        outcomes[m].error = std::current_exception();
+        outcomes[m].seconds = since_start();
+      }
   } catch (...) {
     if (live > 0) {
       // The batch failed as a whole: each request that is still wanted runs

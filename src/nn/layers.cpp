@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "omni/cancel_point.h"
 #include "omni/error.h"
 
 namespace omni::nn {
@@ -103,6 +104,7 @@ torch::Tensor eager_attention(const torch::Tensor& q, const torch::Tensor& k,
   sizes.back() = v.size(-1);
   auto out = torch::empty(sizes, q.options().dtype(v.scalar_type()));
   for (std::int64_t start = 0; start < sq; start += rows) {
+    cancel_point();  // Note [Cancel points inside a step]
     const auto n = std::min(rows, sq - start);
     out.narrow(-2, start, n).copy_(run(q.narrow(-2, start, n), start, n));
   }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "omni/cancel_point.h"
 #include "omni/error.h"
 #include "omni/pipelines/prompt_cache.h"
 #include "omni/pipelines/wan_video_stages.h"
@@ -55,7 +56,10 @@ class TextEncoderImpl : public nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& ids) {
     auto x = embed(ids);
-    for (auto& layer : layer_list) x = layer(x);
+    for (auto& layer : layer_list) {
+      cancel_point();  // Note [Cancel points inside a step]
+      x = layer(x);
+    }
     return x * (ids != 0).unsqueeze(-1).to(x.scalar_type());  // zero the padding, as Wan does
   }
   tnn::Embedding embed{nullptr};
@@ -104,7 +108,10 @@ class DiTImpl : public nn::Module {
     auto x = patch_embedding(tokens);
     auto cond = time_embedding(timestep_features(t, dim_).to(x.scalar_type())) +
                 text_embedding(text.mean(1));
-    for (auto& block : block_list) x = block(x, cond);
+    for (auto& block : block_list) {
+      cancel_point();  // Note [Cancel points inside a step]
+      x = block(x, cond);
+    }
     return proj_out(x).transpose(1, 2).reshape(shape);
   }
   int dim_;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <iostream>
 
+#include "omni/cancel_point.h"
+
 namespace omni::server {
 
 namespace {
@@ -120,6 +122,14 @@ void JobQueue::run_jobs(Omni& engine, std::vector<Job>& jobs) {
       break;
     }
   }
+  // Note [Cancel points inside a step]: the run stops at the next cancel
+  // point once every job in it is cancelled (one cancelled job of a batch
+  // rides along until the others finish or are cancelled too).
+  const ScopedCancelCheck check([&live] {
+    for (const auto* job : live)
+      if (!job->cancellation->cancelled()) return;
+    live.front()->cancellation->throw_if_cancelled();
+  });
   try {
     engine.set_lookahead(std::move(next));
     if (!live.front()->batch) {

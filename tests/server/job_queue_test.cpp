@@ -179,6 +179,32 @@ TEST(JobQueue, CancellingTheRunningJobByIdReachesItsProgressCheck) {
   EXPECT_EQ(next.get_future().wait_for(60s), std::future_status::ready);
 }
 
+// Note [Cancel points inside a step]: the queue installs a check on the
+// engine thread, so a running job stops at the models' next cancel point
+// even when nothing between its steps looks (no progress callback here).
+TEST(JobQueue, CancellingTheRunningJobStopsItInsideAStep) {
+  JobQueue queue(example_engine(), 2);
+  std::promise<std::string> outcome;
+  std::promise<void> started;
+  Job job;
+  job.id = "request-1";
+  job.run = [&](Omni& engine) {
+    try {
+      started.set_value();
+      (void)engine.generate(tiny_request(1000));  // far longer than the test waits
+      outcome.set_value("finished");
+    } catch (const Cancelled& e) {
+      outcome.set_value(e.what());
+    }
+  };
+  ASSERT_EQ(queue.submit(std::move(job)), SubmitResult::accepted);
+  started.get_future().wait();
+  EXPECT_TRUE(queue.cancel("request-1", CancelReason::deleted));
+  auto result = outcome.get_future();
+  ASSERT_EQ(result.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(result.get(), describe(CancelReason::deleted));
+}
+
 TEST(JobQueue, AJobThatThrowsDoesNotStopTheWorker) {
   JobQueue queue(example_engine(), 2);
   Job bad;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "omni/cancel_point.h"
 #include "omni/error.h"
 
 namespace omni::models::wan {
@@ -58,6 +59,7 @@ torch::Tensor AutoencoderKLWanImpl::decode_untiled(const torch::Tensor& z) {
   std::vector<torch::Tensor> frames;
   frames.reserve(x.size(2));
   for (std::int64_t t = 0; t < x.size(2); ++t) {
+    cancel_point();  // Note [Cancel points inside a step]
     cache.start_chunk();
     frames.push_back(decoder_(x.narrow(2, t, 1), cache));
   }
@@ -70,6 +72,7 @@ torch::Tensor AutoencoderKLWanImpl::encode_moments(const torch::Tensor& x) {
   std::vector<torch::Tensor> chunks;
   for (std::int64_t begin = 0; begin < num_frames;) {
     const std::int64_t length = begin == 0 ? 1 : kEncodeChunkFrames;
+    cancel_point();  // Note [Cancel points inside a step]
     cache.start_chunk();
     chunks.push_back(encoder_(x.narrow(2, begin, length), cache));
     begin += length;
@@ -109,9 +112,11 @@ torch::Tensor run_tiled(const torch::Tensor& x, const TileGrid& g, std::int64_t 
   std::vector<std::vector<torch::Tensor>> rows;
   for (std::int64_t i = 0; i < x.size(3); i += g.stride_h) {
     auto& row = rows.emplace_back();
-    for (std::int64_t j = 0; j < x.size(4); j += g.stride_w)
+    for (std::int64_t j = 0; j < x.size(4); j += g.stride_w) {
+      cancel_point();  // Note [Cancel points inside a step]
       row.push_back(run(x.narrow(3, i, std::min(g.size_h, x.size(3) - i))
                             .narrow(4, j, std::min(g.size_w, x.size(4) - j))));
+    }
   }
   std::vector<torch::Tensor> kept_rows;
   for (std::size_t i = 0; i < rows.size(); ++i) {

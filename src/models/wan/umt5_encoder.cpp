@@ -2,6 +2,7 @@
 #include <torch/torch.h>
 
 #include "models/wan/parameter_count.h"
+#include "omni/cancel_point.h"
 #include "omni/error.h"
 #include "omni/models/wan/umt5_encoder.h"
 #include "omni/nn/layers.h"
@@ -48,7 +49,10 @@ torch::Tensor UMT5StackImpl::forward(const torch::Tensor& input_ids,
   const auto buckets =
       umt5_relative_position_buckets(length, length, config_.relative_attention_num_buckets,
                                      config_.relative_attention_max_distance, device);
-  for (auto& b : block_list_) h = b(h, additive_mask, buckets);
+  for (auto& b : block_list_) {
+    cancel_point();  // Note [Cancel points inside a step]
+    h = b(h, additive_mask, buckets);
+  }
   return final_layer_norm(h);
 }
 

@@ -2,6 +2,7 @@
 #include <torch/torch.h>
 
 #include "models/wan/parameter_count.h"
+#include "omni/cancel_point.h"
 #include "omni/error.h"
 #include "omni/models/wan/wan_transformer.h"
 
@@ -129,7 +130,10 @@ torch::Tensor WanTransformer3DModelImpl::forward(const torch::Tensor& hidden_sta
   const auto timestep_proj = per_token ? cond.timestep_proj.reshape({batch, tokens, 6, dim})
                                        : cond.timestep_proj.reshape({-1, 6, dim});
 
-  for (auto& block : block_list_) x = block(x, cond.context, timestep_proj, rotary);
+  for (auto& block : block_list_) {
+    cancel_point();  // Note [Cancel points inside a step]
+    x = block(x, cond.context, timestep_proj, rotary);
+  }
 
   torch::Tensor shift, scale;
   if (per_token) {
