@@ -366,9 +366,9 @@ print(f"  H1 layerwise: allocator peak {r.get('device_peak_allocated_bytes')} B,
       f"ledger peak {r.get('peak_resident_bytes')} B, planned {r.get('planned_peak_bytes')} B "
       f"(budget 2097152 B; the allocator's peak adds activations)")
 EOF
-  if [ -x "$BUILD/bin/omni_gpu_tests" ]; then
+  if [ -x "$BUILD/tests/omni_gpu_tests" ]; then
     step 60 "H3: upload allocated after queued compute" "$OUT/h3-overlap.log" \
-      "$BUILD/bin/omni_gpu_tests" --gtest_also_run_disabled_tests \
+      "$BUILD/tests/omni_gpu_tests" --gtest_also_run_disabled_tests \
       --gtest_filter='*AnUploadAllocatedAfterQueuedComputeOverlapsIt*'
     grep -E "upload|OK|FAILED" "$OUT/h3-overlap.log" | head -5 >>"$SUMMARY"
   fi

@@ -110,8 +110,8 @@ void SimDevice::copy_to_device(torch::Tensor& buffer, std::size_t offset, const 
   OMNI_INTERNAL_ASSERT(offset + bytes <= static_cast<std::size_t>(buffer.numel()));
   ++copies_;
   if (const auto n = fault::armed_faults().fail_copy_number; n && *n == copies_)
-    throw Error(detail::concat("sim: host-to-device copy failed (injected fault at copy ", copies_,
-                               ")"));
+    throw Error(
+        detail::concat("sim: host-to-device copy failed (injected fault at copy ", copies_, ")"));
   link_->enqueue(buffer.data_ptr<std::uint8_t>() + offset, src, bytes, buffer);
 }
 

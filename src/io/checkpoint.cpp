@@ -118,8 +118,8 @@ std::optional<torch::ScalarType> Checkpoint::stored_dtype() const {
 // Note [Weights that alias the file]
 // A checkpoint is mapped privately (copy-on-write); its pages are the page
 // cache's, which the kernel may drop and read again, and count in no
-// process's anonymous memory until something writes to one. A component loaded with alias_mapping keeps every tensor whose
-// dtype is the stored one as a view of those pages: loading allocates
+// process's anonymous memory until something writes to one. A component loaded with alias_mapping
+// keeps every tensor whose dtype is the stored one as a view of those pages: loading allocates
 // nothing for it (the freshly constructed tensor is released) and an
 // offload home is made by one copy from the file (offload/host_home.h), or
 // is the file itself when a host memory budget maps it (Note [Mapped

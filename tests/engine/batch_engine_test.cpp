@@ -215,8 +215,10 @@ TEST(BatchEngine, RequestsOfDifferentShapesRunOneAfterAnother) {
 
 // Omni::set_lookahead: the next request's calls follow this one's on the
 // offload schedule, so its encoder arrives while this one decodes (on a
-// paced sim link), and the next request then uploads no encoder of its own.
-// With its prompts in the prompt cache it adds no encoder call.
+// paced sim link), and the next request then uploads no encoder of its own:
+// its report counts the one prefetched for it, this one's does not (Note
+// [Transfers for the next request]). With its prompts in the prompt cache
+// it adds no encoder call.
 TEST(BatchEngine, TheNextRequestsEncoderIsPrefetchedDuringThisOne) {
   const auto requests = batch_requests(2);
   const auto text_encoder_where = [](Omni& omni) {
@@ -229,8 +231,11 @@ TEST(BatchEngine, TheNextRequestsEncoderIsPrefetchedDuringThisOne) {
     const auto first = omni.generate(requests[0]);
     EXPECT_NE(text_encoder_where(omni), offload::Residency::host)
         << "the next request's encoder is not on its way when this one ends";
+    EXPECT_EQ(uploads_of(first.report, "text_encoder"), 1u) << "its own encoder only";
     const auto second = omni.generate(requests[1]);
-    EXPECT_EQ(uploads_of(second.report, "text_encoder"), 0u);
+    EXPECT_EQ(uploads_of(second.report, "text_encoder"), 1u) << "the prefetched one, no other";
+    EXPECT_EQ(second.report.component("text_encoder")->upload_bytes,
+              second.report.component("text_encoder")->bytes);
     EXPECT_TRUE(second.text_encoder_ran());
   }
   {

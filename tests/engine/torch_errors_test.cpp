@@ -23,13 +23,16 @@ void translate(E error) {
   }
 }
 
-c10::SourceLocation here() { return {__func__, __FILE__, __LINE__}; }
+c10::SourceLocation here() {
+  return {__func__, __FILE__, __LINE__};
+}
 
 }  // namespace
 
 TEST(TorchErrors, AllocatorOutOfMemoryIsDeviceOutOfMemory) {
   try {
-    translate(c10::OutOfMemoryError(here(), "CUDA out of memory. Tried to allocate 2.00 GiB\nmore"));
+    translate(
+        c10::OutOfMemoryError(here(), "CUDA out of memory. Tried to allocate 2.00 GiB\nmore"));
     FAIL() << "nothing thrown";
   } catch (const DeviceOutOfMemory& e) {
     const std::string what = e.what();
@@ -40,8 +43,9 @@ TEST(TorchErrors, AllocatorOutOfMemoryIsDeviceOutOfMemory) {
 }
 
 TEST(TorchErrors, PrivateUse1DispatchIsNonResidentWeightAccess) {
-  EXPECT_THROW(translate(c10::Error(here(), "Could not run 'aten::mm' with arguments from the "
-                                            "'PrivateUse1' backend.")),
+  EXPECT_THROW(translate(c10::Error(here(),
+                                    "Could not run 'aten::mm' with arguments from the "
+                                    "'PrivateUse1' backend.")),
                NonResidentWeightAccess);
 }
 

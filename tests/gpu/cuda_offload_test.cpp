@@ -210,8 +210,8 @@ TEST_F(CudaOffload, TwoExpertsNeverCoReside) {
   const auto bound = backend.planned_peak_bytes() + 2 * backend.largest_group_bytes();
   for (std::uint64_t seed : {1, 2}) {
     const auto report = generate(*pipeline, backend, small_request(seed));
-    const auto experts = report.component("transformer")->bytes +
-                         report.component("transformer_2")->bytes;
+    const auto experts =
+        report.component("transformer")->bytes + report.component("transformer_2")->bytes;
     const auto peak = report.device_peak_allocated_bytes - baseline;
     EXPECT_LT(peak, experts) << "the allocator held both experts' weights";
     EXPECT_LE(report.peak_resident_bytes, bound);

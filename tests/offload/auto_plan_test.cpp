@@ -45,7 +45,9 @@ class StatsOnlyDevice final : public device::Device {
   device::DeviceKind kind() const override { return device::DeviceKind::cuda; }
   std::string name() const override { return "stats-only"; }
   torch::Device compute_device() const override { return torch::kCPU; }
-  std::shared_ptr<void> pin_host(void*, std::size_t) override { return unused<std::shared_ptr<void>>(); }
+  std::shared_ptr<void> pin_host(void*, std::size_t) override {
+    return unused<std::shared_ptr<void>>();
+  }
   torch::Tensor allocate(std::size_t) override { return unused<torch::Tensor>(); }
   void copy_to_device(torch::Tensor&, std::size_t, const void*, std::size_t, bool) override {
     unused<int>();
@@ -84,9 +86,9 @@ TEST(DeviceBudget, CountsTheAllocatorsCacheAsUsable) {
   constexpr std::uint64_t kGiB = 1ull << 30;
   device::MemoryStats stats;
   stats.capacity_bytes = 80 * kGiB;
-  stats.allocated_bytes = 2 * kGiB;   // handed out now
-  stats.reserved_bytes = 32 * kGiB;   // handed out or cached
-  stats.free_bytes = 48 * kGiB;       // the rest of the card
+  stats.allocated_bytes = 2 * kGiB;  // handed out now
+  stats.reserved_bytes = 32 * kGiB;  // handed out or cached
+  stats.free_bytes = 48 * kGiB;      // the rest of the card
   StatsOnlyDevice device(stats);
   offload::OffloadOptions options;
   options.reserve_bytes = 16 * kGiB;

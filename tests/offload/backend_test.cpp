@@ -101,7 +101,9 @@ TEST(ModelLevelOffload, WanShapedResidencySequenceOverTwoRequests) {
     EXPECT_EQ(r->peak_resident_bytes, std::max(enc, dit) + vae);
     EXPECT_EQ(r->planned_peak_bytes, r->peak_resident_bytes);
     EXPECT_LT(r->peak_resident_bytes, r->planned_peak_without_offload_bytes);
-    EXPECT_EQ(r->device_peak_allocated_bytes >= r->peak_resident_bytes, true);
+    // The device's own figure (weights plus alignment padding) never held
+    // every component at once.
+    EXPECT_LT(r->device_peak_allocated_bytes, r->planned_peak_without_offload_bytes);
     EXPECT_TRUE(r->stand_in);
   }
   EXPECT_GT(first.report.pinned_host_bytes, 0u);

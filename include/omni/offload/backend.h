@@ -294,8 +294,8 @@ class OffloadBackend : public SplitOffloadHost {
   int hooks_installed_ = 0;
 
   std::vector<std::string> schedule_;
-  std::size_t cursor_ = 0;            // the next call of schedule_
-  std::size_t request_calls_ = 0;     // schedule_'s calls before the queued requests'
+  std::size_t cursor_ = 0;         // the next call of schedule_
+  std::size_t request_calls_ = 0;  // schedule_'s calls before the queued requests'
   // Uploads now are for a queued request (Note [Transfers for the next request]).
   bool uploads_for_next_request_ = false;
   std::vector<std::size_t> running_;  // components whose forward is running, innermost last
@@ -303,7 +303,7 @@ class OffloadBackend : public SplitOffloadHost {
   // in its final call and `to`'s arrive into the space (Note [Streaming…]).
   struct Rolling {
     std::size_t from, to;
-    std::size_t next_to = 0;  // position in to's upload order of the next group to upload
+    std::size_t next_to = 0;        // position in to's upload order of the next group to upload
     bool for_next_request = false;  // `to`'s call is a queued request's
   };
   std::optional<Rolling> rolling_;

@@ -240,7 +240,8 @@ class CudaDevice final : public Device, public CopyBack {
     std::size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
     MemoryStats out{static_cast<std::uint64_t>(all.current), static_cast<std::uint64_t>(all.peak),
-                    static_cast<std::uint64_t>(total_bytes), static_cast<std::uint64_t>(free_bytes)};
+                    static_cast<std::uint64_t>(total_bytes),
+                    static_cast<std::uint64_t>(free_bytes)};
     out.reserved_bytes = static_cast<std::uint64_t>(stats.reserved_bytes[0].current);
     return out;
   }
