@@ -10,7 +10,7 @@ admits, and measures:
 Prints the figures; stdlib only.
 
   bench/serve/cancel_latency.py --omni build/bin/omni --model models/tiny-shapes \
-      [--size 1280x720 --frames 81 --steps 40] [--shutdown-timeout 5] [--repeats 3]
+      [--size 512x512 --frames 113 --steps 100] [--shutdown-timeout 5] [--repeats 3]
 """
 import argparse
 import json
@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 
@@ -33,8 +34,11 @@ def call(base, method, path, body=None, timeout=600):
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(base + path, data=data, method=method,
                                  headers={"Content-Type": "application/json"} if data else {})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read() or b"{}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        sys.exit(f"{method} {path}: HTTP {e.code}: {e.read().decode()[:500]}")
 
 
 def start(args, port):
@@ -76,9 +80,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--omni", default="build/bin/omni")
     p.add_argument("--model", default="models/tiny-shapes")
-    p.add_argument("--size", default="1280x720")
-    p.add_argument("--frames", type=int, default=81)
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--size", default="512x512")
+    p.add_argument("--frames", type=int, default=113)
+    p.add_argument("--steps", type=int, default=100)
     p.add_argument("--into-job", type=float, default=2.0, help="seconds the job runs before the cancel")
     p.add_argument("--shutdown-timeout", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
