@@ -370,14 +370,6 @@ def _to_uint8_frames(frames: Any) -> np.ndarray:
     return np.ascontiguousarray(np.rint(np.clip(array, 0, 1) * 255).astype(np.uint8))
 
 
-def _check_pattern(path: str) -> None:
-    # The writer formats a pattern with printf and one int: any other conversion (%s) would
-    # read memory it was not given.
-    rest = path.replace("%%", "")
-    if "%" in rest and (rest.count("%") != 1 or not re.search(r"%\d*d", rest)):
-        raise FormatError(f"{path}: a frame pattern takes one %d conversion (e.g. frames/%03d.png)")
-
-
 def save_image(frames: Any, path: Union[str, os.PathLike]) -> list:
     """Writes frames as PNG, as `omni generate --output` does: one frame as that image, several
     as a contact sheet (left to right, top to bottom), or one file per frame for a pattern
@@ -385,7 +377,7 @@ def save_image(frames: Any, path: Union[str, os.PathLike]) -> list:
     or (H, W, 3), numpy, torch or a list of PIL images). Returns the paths written."""
     if os.fspath(path).endswith(".mp4"):
         raise FormatError(f"{os.fspath(path)}: save_image writes PNG; use save_video for .mp4")
-    _check_pattern(os.fspath(path))
+    # A bad frame pattern is the library's ConfigError (io::FramePattern), as in the CLI.
     return _omni.save_frames(_to_uint8_frames(frames), path, 16)
 
 

@@ -68,9 +68,10 @@ def test_bad_frames_and_paths_are_format_errors(tmp_path):
     (tmp_path / "a-file").write_text("")
     with pytest.raises(omni.FormatError, match="a-file"):
         omni.save_image(gradient(), tmp_path / "a-file" / "x.png")
-    with pytest.raises(omni.FormatError, match="one %d"):
-        omni.save_image(gradient(), tmp_path / "f_%s.png")
-    with pytest.raises(omni.FormatError, match="one %d"):
-        omni.save_image(gradient(), tmp_path / "f_%d_%d.png")
+    # A bad frame pattern is a ConfigError, as in the library and the CLI (exit 2).
+    for bad in ("f_%s.png", "f_%d_%d.png", "f_%n.png", "f_%-5d.png"):
+        with pytest.raises(omni.ConfigError, match="exactly one %d"):
+            omni.save_image(gradient(), tmp_path / bad)
+        assert not list(tmp_path.glob("f_*")), bad
     written = omni.save_image(gradient(frames=1), tmp_path / "new-dir" / "x.png")
     assert written == [tmp_path / "new-dir" / "x.png"] and written[0].exists()
