@@ -187,12 +187,22 @@ TEST_F(BenchOffload, StreamingStrategiesRunWithModeledCompute) {
     ASSERT_EQ(s.at("status"), "ok") << s.dump();
     const auto& q = s.at("per_request");
     EXPECT_GT(q.at("seconds").at("median").get<double>(), 0) << s.at("name");
-    EXPECT_GE(q.at("exposed_transfer_seconds").at("median").get<double>(), 0) << s.at("name");
     EXPECT_EQ(q.at("d2h_bytes"), 0) << s.at("name");
   }
   EXPECT_EQ(names, (std::vector<std::string>{"all-resident", "omni", "omni-streamed"}));
   const auto total = j.at("total_bytes").get<std::uint64_t>();
   EXPECT_EQ(strategy(j, "all-resident").at("per_request").at("h2d_bytes"), 0);
+  // Nothing moves per request without offload; whole swaps over the paced
+  // link make compute wait.
+  const auto exposed = [&](const char* name) {
+    return strategy(j, name)
+        .at("per_request")
+        .at("exposed_transfer_seconds")
+        .at("median")
+        .get<double>();
+  };
+  EXPECT_EQ(exposed("all-resident"), 0.0);
+  EXPECT_GT(exposed("omni"), 0.0);
   EXPECT_GE(strategy(j, "all-resident").at("peak_device_bytes").get<std::uint64_t>(), total);
   // Device bytes include each tensor's 256-byte alignment inside its block's
   // buffer: ~4% of the weights at this tiny scale, ~0 at a real one.
