@@ -159,6 +159,29 @@ std::unique_ptr<RouteTable> install_routes(httplib::Server& http, Service& s) {
                     : httplib::Server::HandlerResponse::Unhandled;
   });
 
+  // Note [Expect: 100-continue]
+  // httplib answers "100 Continue" before routing, so the client would send a
+  // body the pre-routing checks then refuse (a 60 MB one for a 413). The same
+  // checks, and the API key's, run here first: a request they refuse gets its
+  // error instead of the 100, and its connection closes (the client may send
+  // the body regardless).
+  http.set_expect_100_continue_handler(
+      [&s, table](const httplib::Request& req, httplib::Response& res) {
+        answer_guarded(res, [&] {
+          try {
+            const auto m = table->match(req.method, req.path);
+            check_framing(req, s.options.max_body_bytes);
+            check_route(m, req, res);
+            if (m.needs_key) check_api_key(s.options.api_key, req);
+          } catch (const ApiError&) {
+            reply_error(res, translate_current_exception());  // keeps check_route's Allow
+          }
+        });
+        if (res.status < 400) return 100;
+        if (auto* c = Connection::current()) c->close_after_response();
+        return res.status;
+      });
+
   http.set_error_handler(httplib::Server::HandlerWithResponse(
       [&s](const httplib::Request& req, httplib::Response& res) {
         try {

@@ -450,5 +450,29 @@ TEST(ServerHostile, MalformedHeadsAre400AndCloseTheConnection) {
   EXPECT_EQ(http10.status(), 200) << http10.received();
 }
 
+// Issue 34 (D8): `Expect: 100-continue` with a declared 60 MB body got
+// "100 Continue" (so the client sent it) before the 413.
+TEST(ServerHostile, ARefusedBodyGetsNo100Continue) {
+  ServerProcess server({"--max-body", "64KiB", "--api-key", "k"});
+  const std::string expect = "Expect: 100-continue\r\n";
+  for (const auto& [headers, status] : std::vector<std::pair<std::string, int>>{
+           {"Authorization: Bearer k\r\nContent-Length: 62914560\r\n", 413},
+           {"Authorization: Bearer wrong\r\nContent-Length: 100\r\n", 401},
+           {"Authorization: Bearer k\r\nContent-Length: -1\r\n", 400}}) {
+    SCOPED_TRACE(headers);
+    RawConnection c(server.port());
+    ASSERT_TRUE(c.send(post_head("/v1/videos", headers + expect)));
+    EXPECT_TRUE(c.wait_closed(10s));
+    EXPECT_EQ(c.status(), status) << c.received();
+    EXPECT_EQ(c.received().find("100 Continue"), std::string::npos) << c.received();
+  }
+  // One the server takes is told to continue.
+  RawConnection c(server.port());
+  ASSERT_TRUE(
+      c.send(post_head("/v1/videos", "Authorization: Bearer k\r\nContent-Length: 2\r\n" + expect)));
+  c.receive(10s);
+  EXPECT_EQ(c.received().rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << c.received();
+}
+
 }  // namespace
 }  // namespace omni::server
