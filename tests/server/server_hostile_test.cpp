@@ -474,5 +474,61 @@ TEST(ServerHostile, ARefusedBodyGetsNo100Continue) {
   EXPECT_EQ(c.received().rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << c.received();
 }
 
+// A short video job (about 3 s here).
+const std::string kShortVideo =
+    R"({"prompt": "short", "size": "128x128", "num_frames": 9, "num_inference_steps": 50})";
+
+// Issue 34: async jobs that finished while the server drained were lost: the
+// process exited as soon as the queue was idle, before their clients fetched
+// them. They are kept until fetched (Note [Jobs finished while draining]).
+TEST(ServerHostile, JobsFinishedWhileDrainingAreKeptUntilFetched) {
+  auto args = kLongAllowed;
+  args.insert(args.end(), {"--shutdown-timeout", "60"});
+  ServerProcess server(args);
+  const auto queued = server.client()->Post("/v1/videos", kShortVideo, "application/json");
+  ASSERT_TRUE(queued);
+  ASSERT_EQ(queued->status, 200) << queued->body;
+  const std::string id = json::parse(queued->body)["id"];
+  ::kill(server.pid(), SIGTERM);
+  std::string status;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const auto r = server.client(5s)->Get("/v1/videos/" + id);
+        if (r && r->status == 200) status = json::parse(r->body)["status"];
+        return status == "completed" || status == "failed";
+      },
+      60s))
+      << "the server went away before the job finished: " << server.stderr_text();
+  ASSERT_EQ(status, "completed");
+  std::this_thread::sleep_for(1s);  // a client that polls slowly
+  const auto content = server.client()->Get("/v1/videos/" + id + "/content");
+  ASSERT_TRUE(content) << "the finished job was lost: " << server.stderr_text();
+  EXPECT_EQ(content->status, 200);
+  EXPECT_EQ(inspect_mp4(content->body).samples, 9u);
+  const auto start = Clock::now();
+  EXPECT_EQ(server.signal_and_wait(0, 30s), 0) << server.stderr_text();
+  std::cerr << "exit " << seconds_since(start) << " s after the fetch (--shutdown-timeout 60)\n";
+  EXPECT_LT(seconds_since(start), 10.0) << "the drain waited on after the fetch";
+}
+
+// ... but never past --shutdown-timeout.
+TEST(ServerHostile, UnfetchedJobsAreKeptOnlyUntilTheShutdownTimeout) {
+  auto args = kLongAllowed;
+  args.insert(args.end(), {"--shutdown-timeout", "8"});
+  ServerProcess server(args);
+  const auto queued = server.client()->Post("/v1/videos", kShortVideo, "application/json");
+  ASSERT_TRUE(queued);
+  ASSERT_EQ(queued->status, 200) << queued->body;
+  const auto start = Clock::now();
+  const auto exit_status = server.signal_and_wait(SIGTERM, 60s);
+  const double seconds = seconds_since(start);
+  EXPECT_EQ(exit_status, 0) << server.stderr_text();
+  std::cerr << "SIGTERM to exit with an unfetched job: " << seconds << " s\n";
+  EXPECT_GE(seconds, 7.0);
+  EXPECT_LT(seconds, 20.0);
+  EXPECT_NE(server.stderr_text().find("were never fetched"), std::string::npos)
+      << server.stderr_text();
+}
+
 }  // namespace
 }  // namespace omni::server
