@@ -16,7 +16,8 @@ they are gone. It prints a table and writes JSON:
   KiB sent         median bytes a flood got into its socket before the cut (the
                    kernel buffers a few MiB of them on loopback)
   cut (s)          the slowest flood's time from its first byte to the cut
-  /health (ms)     one probe while the floods run (503 past --max-connections)
+  /health (ms)     one probe 0.5 s into the floods (503 past --max-connections;
+                   "-" when every flood was cut before then)
 
 A program, not a test: the figures are measurements of this machine. Target
 (issue 34): 32 floods grow RSS by at most 200 MB.

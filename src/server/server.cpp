@@ -70,8 +70,8 @@ ConnectionLimits connection_limits(const ServerOptions& o) {
   ConnectionLimits limits;
   limits.max_connections = o.max_connections;
   limits.receive_timeout = milliseconds(o.receive_timeout_seconds);
-  // The head's allowance (httplib reads lines of up to 8 KiB, any number of
-  // them) and the body, with room for chunk framing (Note [Hostile connections]).
+  // The head's allowance (64 KiB at most: Note [Request head]) and the body,
+  // with room for chunk framing (Note [Hostile connections]).
   limits.max_request_bytes = (64u << 10) + 2 * o.max_body_bytes;
   return limits;
 }
