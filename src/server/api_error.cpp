@@ -18,12 +18,18 @@ int http_status(ErrorKind kind) {
       return 409;
     case ErrorKind::too_large:
       return 413;
+    case ErrorKind::uri_too_long:
+      return 414;
+    case ErrorKind::header_too_large:
+      return 431;
     case ErrorKind::invalid_value:
       return 422;
     case ErrorKind::internal:
       return 500;
     case ErrorKind::not_implemented:
       return 501;
+    case ErrorKind::version_not_supported:
+      return 505;
     case ErrorKind::overloaded:
       return 503;
   }
@@ -38,7 +44,10 @@ std::string_view error_type(ErrorKind kind) {
     case ErrorKind::timed_out:
     case ErrorKind::not_ready:
     case ErrorKind::too_large:
+    case ErrorKind::uri_too_long:
+    case ErrorKind::header_too_large:
     case ErrorKind::invalid_value:
+    case ErrorKind::version_not_supported:
       return "invalid_request_error";
     case ErrorKind::unauthorized:
       return "authentication_error";

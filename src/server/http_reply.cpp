@@ -44,9 +44,12 @@ void reply_error(httplib::Response& res, const ApiError& e) {
     case ErrorKind::timed_out:
     case ErrorKind::not_ready:
     case ErrorKind::too_large:
+    case ErrorKind::uri_too_long:
+    case ErrorKind::header_too_large:
     case ErrorKind::invalid_value:
     case ErrorKind::internal:
     case ErrorKind::not_implemented:
+    case ErrorKind::version_not_supported:
       break;
   }
 }

@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <string>
 
 #include "omni/server/api_error.h"
+#include "request_head.h"
 
 namespace omni::server {
 
@@ -85,16 +87,40 @@ class CurrentConnection {
 
 // An error answer written outside httplib (it has no request to answer);
 // the connection closes after it.
-void send_error(int fd, const char* status, const nlohmann::json& body,
+void send_error(int fd, const std::string& status, const nlohmann::json& body,
                 const std::string& extra_headers = {}) {
   const std::string text = body.dump();
   const std::string response =
-      std::string("HTTP/1.1 ") + status + "\r\nContent-Type: application/json\r\n" + extra_headers +
+      "HTTP/1.1 " + status + "\r\nContent-Type: application/json\r\n" + extra_headers +
       "Connection: close\r\nContent-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text;
   if (wait_for(fd, POLLOUT, std::chrono::milliseconds(1000))) {
     [[maybe_unused]] const auto sent =
         ::send(fd, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
+}
+
+// The status line of an answer HttpServer writes itself.
+std::string status_line(ErrorKind kind) {
+  const int status = http_status(kind);
+  const char* reason = "Error";
+  switch (status) {
+    case 400:
+      reason = "Bad Request";
+      break;
+    case 408:
+      reason = "Request Timeout";
+      break;
+    case 414:
+      reason = "URI Too Long";
+      break;
+    case 431:
+      reason = "Request Header Fields Too Large";
+      break;
+    case 505:
+      reason = "HTTP Version Not Supported";
+      break;
+  }
+  return std::to_string(status) + " " + reason;
 }
 
 }  // namespace
@@ -184,7 +210,9 @@ class ChunkFraming {
 };
 
 // One request's view of the socket: reads end at the receive deadline and
-// after max_request_bytes (Note [Hostile connections]).
+// after max_request_bytes (Note [Hostile connections]); its head is received
+// into the connection's buffer first (receive_head), and httplib reads that
+// buffer before the socket.
 class RequestStream final : public httplib::Stream {
  public:
   RequestStream(Connection& connection, const ConnectionLimits& limits)
@@ -196,27 +224,47 @@ class RequestStream final : public httplib::Stream {
     connection_.chunk_size_malformed_ = false;
   }
 
-  bool is_readable() const override { return wait_for(fd(), POLLIN, receive_time_left()); }
+  // Receives the request's head into the connection's buffer and checks it as
+  // it arrives (Note [Request head]). Complete: httplib may parse it. Refused:
+  // `scanner` says why. Reading: the deadline passed (Connection::timed_out)
+  // or the client closed or reset the connection.
+  HeadScanner::State receive_head(HeadScanner& scanner) {
+    auto& buffer = connection_.received_;
+    buffer.erase(0, connection_.taken_);  // what the previous request left: a pipelined one
+    connection_.taken_ = 0;
+    for (;;) {
+      const auto state = scanner.scan(buffer);
+      if (state == HeadScanner::State::complete) connection_.taken_ = scanner.begin();
+      if (state != HeadScanner::State::reading) return state;
+      if (budget_ == 0) return state;
+      if (!wait_readable()) {
+        connection_.timed_out_ = true;
+        return state;
+      }
+      const auto old_size = buffer.size();
+      const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(kHeadRead, budget_));
+      buffer.resize(old_size + want);
+      ssize_t n;
+      do {
+        n = ::recv(fd(), buffer.data() + old_size, want, MSG_DONTWAIT);
+      } while (n < 0 && errno == EINTR);
+      buffer.resize(old_size + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return state;
+      if (n > 0) budget_ -= static_cast<std::uint64_t>(n);
+    }
+  }
+
+  bool is_readable() const override { return connection_.buffered() || wait_readable(); }
   bool is_writable() const override { return wait_for(fd(), POLLOUT, write_timeout_); }
 
   ssize_t read(char* ptr, size_t size) override {
     if (size == 0) return 0;
-    if (budget_ == 0) return refuse_read();
-    if (!wait_for(fd(), POLLIN, receive_time_left())) {
-      connection_.timed_out_ = true;
+    const ssize_t n = connection_.buffered() ? take_buffered(ptr, size) : receive(ptr, size);
+    if (n > 0 && connection_.chunked_body_ && !chunk_framing_.take(ptr, static_cast<size_t>(n))) {
+      connection_.chunk_size_malformed_ = true;
       return refuse_read();
     }
-    for (;;) {
-      const ssize_t n = ::recv(
-          fd(), ptr, static_cast<size_t>(std::min<std::uint64_t>(size, budget_)), MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR) continue;
-      if (n > 0) budget_ -= static_cast<std::uint64_t>(n);
-      if (n > 0 && connection_.chunked_body_ && !chunk_framing_.take(ptr, static_cast<size_t>(n))) {
-        connection_.chunk_size_malformed_ = true;
-        return refuse_read();
-      }
-      return n;
-    }
+    return n;
   }
 
   ssize_t write(const char* ptr, size_t size) override {
@@ -240,11 +288,45 @@ class RequestStream final : public httplib::Stream {
   socket_t socket() const override { return fd(); }
 
  private:
+  // Bytes per recv() while a head is received: a head rarely needs two.
+  static constexpr std::size_t kHeadRead = 16 << 10;
+
   int fd() const { return connection_.fd(); }
   std::chrono::milliseconds receive_time_left() const {
     return std::max(
         std::chrono::milliseconds(0),
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()));
+  }
+  // A poll with no time left still reports waiting bytes, so the deadline is
+  // checked first: a client that never stops sending meets it too.
+  bool wait_readable() const {
+    return Clock::now() < deadline_ && wait_for(fd(), POLLIN, receive_time_left());
+  }
+  ssize_t take_buffered(char* ptr, size_t size) {
+    auto& c = connection_;
+    const auto n = std::min(size, c.received_.size() - c.taken_);
+    std::memcpy(ptr, c.received_.data() + c.taken_, n);
+    c.taken_ += n;
+    if (!c.buffered()) {  // an idle connection holds no buffer
+      c.received_.clear();
+      c.received_.shrink_to_fit();
+      c.taken_ = 0;
+    }
+    return static_cast<ssize_t>(n);
+  }
+  ssize_t receive(char* ptr, size_t size) {
+    if (budget_ == 0) return refuse_read();
+    if (!wait_readable()) {
+      connection_.timed_out_ = true;
+      return refuse_read();
+    }
+    for (;;) {
+      const ssize_t n = ::recv(
+          fd(), ptr, static_cast<size_t>(std::min<std::uint64_t>(size, budget_)), MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0) budget_ -= static_cast<std::uint64_t>(n);
+      return n;
+    }
   }
   // Whatever the request was, what is left of it must not be read as the next one.
   ssize_t refuse_read() {
@@ -297,22 +379,36 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
   return true;
 }
 
+bool HttpServer::wait_for_request(const Connection& connection) const {
+  if (connection.buffered()) return svr_sock_ != INVALID_SOCKET;  // pipelined
+  // In slices, so that a stopping server ends idle connections.
+  const auto idle_until = Clock::now() + limits_.keep_alive_timeout;
+  bool ready = false;
+  while (!ready && svr_sock_ != INVALID_SOCKET && Clock::now() < idle_until)
+    ready = wait_for(
+        connection.fd(), POLLIN,
+        std::min(std::chrono::milliseconds(100),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(idle_until - Clock::now())));
+  return ready && svr_sock_ != INVALID_SOCKET;
+}
+
 void HttpServer::serve(socket_t sock) {
   Connection connection(sock);
   CurrentConnection current(connection);
   for (std::size_t left = keep_alive_max_count_; left > 0; --left) {
-    // Wait for a request to start, in slices so that a stopping server ends idle connections.
-    const auto idle_until = Clock::now() + limits_.keep_alive_timeout;
-    bool ready = false;
-    while (!ready && svr_sock_ != INVALID_SOCKET && Clock::now() < idle_until)
-      ready = wait_for(sock, POLLIN,
-                       std::min(std::chrono::milliseconds(100),
-                                std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    idle_until - Clock::now())));
-    if (!ready || svr_sock_ == INVALID_SOCKET) return;
+    if (!wait_for_request(connection)) return;
     RequestStream stream(connection, limits_);
+    HeadScanner head;
+    const auto state = stream.receive_head(head);
+    if (state == HeadScanner::State::refused) {
+      const auto& why = head.refusal();
+      send_error(sock, status_line(why.kind), error_body(why.kind, why.code, why.message));
+      connection.close_after_response();
+    }
+    bool written = false;
     bool connection_closed = false;
-    const bool written = process_request(stream, left == 1, connection_closed, nullptr);
+    if (state == HeadScanner::State::complete)
+      written = process_request(stream, left == 1, connection_closed, nullptr);
     // httplib answers nothing when the request line itself did not arrive.
     if (connection.timed_out() && !stream.wrote())
       send_error(sock, "408 Request Timeout",

@@ -16,9 +16,15 @@
 // - A connection waits at most `keep_alive_timeout` for a request to start.
 //   From its first byte, a request's head and body must arrive within
 //   `receive_timeout`; then reads fail and the connection closes (408).
+// - A request's head is received here, not by httplib: at most 64 KiB and
+//   100 fields, checked against RFC 9112 before httplib parses it (Note
+//   [Request head], request_head.h). A refused head is answered (400, 414,
+//   431, 505) and its connection closes; so does every 400 httplib answers.
+// - The receive deadline holds for every read, the head's included: a
+//   client that keeps sending is cut at it as surely as one that stalls.
 // - One request may read at most `max_request_bytes` raw bytes (head and
-//   body together), so neither endless header lines nor a chunk-size line can
-//   grow memory, whatever the handler does with the body.
+//   body together), so a chunk-size line cannot grow memory either,
+//   whatever the handler does with the body.
 // - A handler that leaves part of a body unread asks the connection to close
 //   after its response (Connection::close_after_response), so the rest is
 //   never parsed as a next request.
@@ -32,6 +38,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace omni::server {
 
@@ -68,7 +75,14 @@ class Connection {
   friend class RequestStream;
   explicit Connection(int fd) : fd_(fd) {}
 
+  // Received bytes httplib has not read yet: a head (and what came with it)
+  // received by RequestStream::receive_head. Empty between requests, unless
+  // a client pipelined them.
+  bool buffered() const { return taken_ < received_.size(); }
+
   int fd_;
+  std::string received_;
+  std::size_t taken_ = 0;  // received_[0, taken_) was read
   bool close_ = false;
   bool timed_out_ = false;
   bool chunked_body_ = false;          // reset by each request's RequestStream
@@ -89,6 +103,9 @@ class HttpServer : public httplib::Server {
   bool process_and_close_socket(socket_t sock) override;
   // Serves the requests of one admitted connection until it closes.
   void serve(socket_t sock);
+  // Waits for the next request on an open connection to start; false when
+  // it stays idle past keep_alive_timeout or the server stops.
+  bool wait_for_request(const Connection& connection) const;
   // Answers 503 to a connection past the cap, then closes it.
   void refuse(socket_t sock) const;
 

@@ -10,13 +10,13 @@ RouteTable::RouteTable(httplib::Server& http, const std::string& api_key)
     : http_(http), api_key_(api_key) {}
 
 void RouteTable::record(const std::string& method, const std::string& pattern,
-                        const std::string& label, bool reads_body) {
-  routes_.push_back({method, std::regex(pattern), label, reads_body});
+                        const std::string& label, bool reads_body, Access access) {
+  routes_.push_back({method, std::regex(pattern), label, reads_body, access});
 }
 
 void RouteTable::get(const std::string& pattern, const std::string& label, Access access,
                      Handler handler) {
-  record("GET", pattern, label, false);
+  record("GET", pattern, label, false, access);
   http_.Get(pattern, [this, access, handler = std::move(handler)](const httplib::Request& req,
                                                                   httplib::Response& res) {
     answer_guarded(res, [&] {
@@ -28,7 +28,7 @@ void RouteTable::get(const std::string& pattern, const std::string& label, Acces
 
 void RouteTable::post(const std::string& pattern, const std::string& label, Access access,
                       BodyHandler handler) {
-  record("POST", pattern, label, true);
+  record("POST", pattern, label, true, access);
   http_.Post(pattern, [this, access, handler = std::move(handler)](
                           const httplib::Request& req, httplib::Response& res,
                           const httplib::ContentReader& reader) {
@@ -55,7 +55,7 @@ void RouteTable::post(const std::string& pattern, const std::string& label, Acce
 
 void RouteTable::del(const std::string& pattern, const std::string& label, Access access,
                      Handler handler) {
-  record("DELETE", pattern, label, false);
+  record("DELETE", pattern, label, false, access);
   http_.Delete(pattern, [this, access, handler = std::move(handler)](
                             const httplib::Request& req, httplib::Response& res,
                             const httplib::ContentReader&) {
@@ -77,6 +77,7 @@ RouteTable::Match RouteTable::match(const std::string& method, const std::string
     if (r.method == wanted) {
       m.method_allowed = true;
       m.reads_body = r.reads_body;
+      m.needs_key = r.access == Access::api_key;
       m.label = r.label;
     }
     if (m.allow.find(r.method) == std::string::npos)

@@ -36,6 +36,7 @@ class RouteTable {
     bool path_known = false;      // some route has this path
     bool method_allowed = false;  // … under this method (HEAD counts as GET)
     bool reads_body = false;      // its handler reads a body (POST)
+    bool needs_key = false;       // its handler checks the API key (Access::api_key)
     std::string allow;            // the methods it has: "GET, DELETE"
     std::string label;            // "unmatched" unless path_known
   };
@@ -47,9 +48,10 @@ class RouteTable {
     std::regex pattern;
     std::string label;
     bool reads_body = false;
+    Access access = Access::open;
   };
   void record(const std::string& method, const std::string& pattern, const std::string& label,
-              bool reads_body);
+              bool reads_body, Access access);
 
   httplib::Server& http_;
   const std::string& api_key_;

@@ -87,7 +87,7 @@ json library_error_body(const httplib::Request& req, int status, const Service& 
                         detail::concat("the request body exceeds the server's limit of ",
                                        s.options.max_body_bytes, " bytes (--max-body)"));
     case 414:
-      return error_body(ErrorKind::too_large, "uri_too_long", "the request URI is too long");
+      return error_body(ErrorKind::uri_too_long, "uri_too_long", "the request URI is too long");
     case 500:
       return error_body(ErrorKind::internal, "internal_error", "internal server error");
     default:
@@ -159,13 +159,39 @@ std::unique_ptr<RouteTable> install_routes(httplib::Server& http, Service& s) {
                     : httplib::Server::HandlerResponse::Unhandled;
   });
 
+  // Note [Expect: 100-continue]
+  // httplib answers "100 Continue" before routing, so the client would send a
+  // body the pre-routing checks then refuse (a 60 MB one for a 413). The same
+  // checks, and the API key's, run here first: a request they refuse gets its
+  // error instead of the 100, and its connection closes (the client may send
+  // the body regardless).
+  http.set_expect_100_continue_handler(
+      [&s, table](const httplib::Request& req, httplib::Response& res) {
+        answer_guarded(res, [&] {
+          try {
+            const auto m = table->match(req.method, req.path);
+            check_framing(req, s.options.max_body_bytes);
+            check_route(m, req, res);
+            if (m.needs_key) check_api_key(s.options.api_key, req);
+          } catch (const ApiError&) {
+            reply_error(res, translate_current_exception());  // keeps check_route's Allow
+          }
+        });
+        if (res.status < 400) return 100;
+        if (auto* c = Connection::current()) c->close_after_response();
+        return res.status;
+      });
+
   http.set_error_handler(httplib::Server::HandlerWithResponse(
       [&s](const httplib::Request& req, httplib::Response& res) {
         try {
           if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+          auto* c = Connection::current();
           // httplib answers 400 when a read fails; one that ran out of time is a 408.
-          if (const auto* c = Connection::current(); c != nullptr && c->timed_out())
-            res.status = 408;
+          if (c != nullptr && c->timed_out()) res.status = 408;
+          // A request httplib could not parse leaves the connection at an
+          // unknown place in the byte stream: nothing after it is a request.
+          if (c != nullptr && res.status == 400) c->close_after_response();
           res.set_content(dump(library_error_body(req, res.status, s)), "application/json");
         } catch (...) {
           res.body.clear();

@@ -70,8 +70,8 @@ ConnectionLimits connection_limits(const ServerOptions& o) {
   ConnectionLimits limits;
   limits.max_connections = o.max_connections;
   limits.receive_timeout = milliseconds(o.receive_timeout_seconds);
-  // The head's allowance (httplib reads lines of up to 8 KiB, any number of
-  // them) and the body, with room for chunk framing (Note [Hostile connections]).
+  // The head's allowance (64 KiB at most: Note [Request head]) and the body,
+  // with room for chunk framing (Note [Hostile connections]).
   limits.max_request_bytes = (64u << 10) + 2 * o.max_body_bytes;
   return limits;
 }
@@ -97,6 +97,9 @@ struct Server::State {
       stop_wanted.wait(lock, [&] { return stop_requested.load(); });
     }
     auto& s = service;
+    const auto deadline =
+        std::chrono::steady_clock::now() + milliseconds(s.options.shutdown_timeout_seconds);
+    s.videos.begin_drain();
     const auto q = s.queue->stats();
     if (q.running || q.queued > 0)
       log_line(detail::concat("draining: ", q.running ? 1 : 0, " running, ", q.queued,
@@ -111,8 +114,27 @@ struct Server::State {
       while (!s.queue->wait_idle(std::chrono::seconds(1))) {
       }
     }
+    keep_finished_videos(deadline);
     stop_http_requested = true;
     stop_http();
+  }
+
+  // Serves on until the video jobs that finished while draining are
+  // fetched, at most until `deadline` (Note [Jobs finished while draining]).
+  void keep_finished_videos(std::chrono::steady_clock::time_point deadline) {
+    auto& videos = service.videos;
+    std::size_t waiting = videos.awaiting_fetch();
+    if (waiting == 0 || std::chrono::steady_clock::now() >= deadline) return;
+    log_line(detail::concat("keeping ", waiting,
+                            " video job(s) that finished while draining until they are fetched, "
+                            "at most until --shutdown-timeout passes"));
+    while (waiting > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      waiting = videos.awaiting_fetch();
+    }
+    if (waiting > 0)
+      log_line(detail::concat("--shutdown-timeout passed: ", waiting,
+                              " finished video job(s) were never fetched"));
   }
 
   Service service;

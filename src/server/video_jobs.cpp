@@ -170,6 +170,28 @@ bool VideoJobStore::fail(const std::string& id, std::string code, std::string me
   return true;
 }
 
+void VideoJobStore::begin_drain() {
+  std::lock_guard lock(mutex_);
+  if (!drain_started_) drain_started_ = clock_();
+}
+
+void VideoJobStore::mark_fetched(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  const auto it = jobs_.find(id);
+  if (it != jobs_.end()) it->second.fetched = true;
+}
+
+std::size_t VideoJobStore::awaiting_fetch() {
+  std::lock_guard lock(mutex_);
+  if (!drain_started_) return 0;
+  evict_locked();
+  return static_cast<std::size_t>(std::count_if(jobs_.begin(), jobs_.end(), [&](const auto& kv) {
+    const auto& e = kv.second;
+    const bool finished = e.job.status == JobStatus::completed || e.job.status == JobStatus::failed;
+    return finished && !e.fetched && e.finished >= *drain_started_;
+  }));
+}
+
 std::size_t VideoJobStore::size() {
   std::lock_guard lock(mutex_);
   evict_locked();

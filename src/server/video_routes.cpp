@@ -134,6 +134,7 @@ void add_video_routes(RouteTable& routes, Service& s) {
              [&s](const httplib::Request& req, httplib::Response& res) {
                const auto job = find_video(s, req.matches[1]);
                reply_json(res, 200, job.to_json(s.videos.ttl_seconds()));
+               if (job.status == JobStatus::failed) s.videos.mark_fetched(job.id);
              });
 
   routes.get(
@@ -153,12 +154,14 @@ void add_video_routes(RouteTable& routes, Service& s) {
                                "; its content exists once it completed",
                            "video_id");
           case JobStatus::failed:
+            s.videos.mark_fetched(job.id);
             throw ApiError(ErrorKind::not_ready, "video_failed",
                            "video job '" + job.id + "' failed: " + job.error_message, "video_id");
         }
         OMNI_INTERNAL_ASSERT(job.mp4 != nullptr, "a completed video job has no content");
         res.status = 200;
         res.set_content(*job.mp4, "video/mp4");
+        s.videos.mark_fetched(job.id);  // Note [Jobs finished while draining]
       });
 
   routes.del(

@@ -348,5 +348,187 @@ TEST(ServerHostile, HealthIs503WhileDraining) {
   EXPECT_EQ(server.signal_and_wait(0, 60s), 0) << server.stderr_text();
 }
 
+// Sends `bytes` (one request, then a pipelined GET /health) and expects one
+// answer, `status`, and the connection closed: what followed the refused
+// request never ran.
+void expect_refused_and_closed(const ServerProcess& server, const std::string& bytes, int status) {
+  RawConnection c(server.port());
+  ASSERT_TRUE(c.send(bytes + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_TRUE(c.wait_closed(10s));
+  EXPECT_EQ(c.status(), status) << c.received();
+  EXPECT_EQ(c.received().find("HTTP/1.1 200"), std::string::npos)
+      << "a second response: the request after the refused one ran\n"
+      << c.received();
+}
+
+// Issue 34 (D2): a flood of `X: v` header lines was read for 3-10 MB per
+// connection (RSS +280 MB for 32 floods, kept after they closed) and cut at
+// neither --receive-timeout nor any size. It is 431 at 100 fields or 64 KiB,
+// and the connection closes (Note [Request head]). bench/serve/header_flood.py
+// measures the memory.
+TEST(ServerHostile, HeaderFloodsAre431AndClosed) {
+  ServerProcess server({"--receive-timeout", "60"});
+  for (const std::string& line :
+       {std::string("X: v\r\n"), "X-Big: " + std::string(1000, 'v') + "\r\n"}) {
+    SCOPED_TRACE(line.substr(0, 8));
+    RawConnection c(server.port());
+    ASSERT_TRUE(c.send("GET /health HTTP/1.1\r\nHost: x\r\n"));
+    const auto start = Clock::now();
+    std::string block;
+    while (block.size() < (64u << 10)) block += line;
+    std::size_t sent = 0;  // a 100 MiB flood at most
+    while (sent < (100u << 20) && seconds_since(start) < 30 && c.send(block)) {
+      sent += block.size();
+      if (c.wait_closed(1ms)) break;
+    }
+    EXPECT_TRUE(c.wait_closed(10s));
+    EXPECT_LT(seconds_since(start), 10.0);
+    EXPECT_LT(sent, 16u << 20) << "the server read the flood";
+    EXPECT_EQ(c.status(), 431) << c.received();
+    EXPECT_NE(c.received().find("request_header_fields_too_large"), std::string::npos);
+  }
+  // 100 fields are still served.
+  std::string fields;
+  for (int i = 0; i < 99; ++i) fields += "X-" + std::to_string(i) + ": v\r\n";
+  RawConnection ok(server.port());
+  ASSERT_TRUE(ok.send("GET /health HTTP/1.1\r\nHost: x\r\n" + fields + "\r\n"));
+  ok.receive(10s);
+  EXPECT_EQ(ok.status(), 200) << ok.received();
+  expect_refused_and_closed(
+      server, "GET /health HTTP/1.1\r\nHost: x\r\n" + fields + "X-100: v\r\n\r\n", 431);
+}
+
+// A client whose head keeps arriving, below every size limit, is cut at
+// --receive-timeout like one that stalls.
+TEST(ServerHostile, AHeadThatKeepsComingIsCutAtTheReceiveTimeout) {
+  ServerProcess server({"--receive-timeout", "1"});
+  RawConnection c(server.port());
+  ASSERT_TRUE(c.send("GET /health HTTP/1.1\r\nHost: x\r\n"));
+  const auto start = Clock::now();
+  const std::string line = "X-Padding: " + std::string(500, 'p') + "\r\n";
+  for (int i = 0; i < 90 && c.send(line); ++i)
+    if (c.wait_closed(50ms)) break;
+  const double seconds = seconds_since(start);
+  EXPECT_TRUE(c.wait_closed(5s));
+  EXPECT_EQ(c.status(), 408) << c.received();
+  EXPECT_GE(seconds, 0.8);
+  EXPECT_LT(seconds, 4.0);
+}
+
+// Issue 34 (D7): a garbage request line got 400 but the next request on the
+// connection ran; whitespace before a colon, folded lines, a missing or second
+// Host were accepted. Each is 400 and ends the connection (RFC 9112).
+TEST(ServerHostile, MalformedHeadsAre400AndCloseTheConnection) {
+  ServerProcess server;
+  const std::string get = "GET /health HTTP/1.1\r\n";
+  for (const std::string& bytes : std::vector<std::string>{
+           std::string("GARBAGE\r\n\r\n"), "FOO /health HTTP/1.1\r\nHost: x\r\n\r\n",
+           get + "Host: x\r\nContent-Length : 0\r\n\r\n",
+           get + "Host: x\r\nX-A: a\r\n folded\r\n\r\n", get + "\r\n",
+           get + "Host: x\r\nHost: y\r\n\r\n", get + "Host: x\r\nNoColon\r\n\r\n",
+           get + "Host: x\r\nX-A: a\n\r\n"}) {
+    SCOPED_TRACE(bytes);
+    expect_refused_and_closed(server, bytes, 400);
+  }
+  expect_refused_and_closed(server, "GET /health HTTP/2.0\r\nHost: x\r\n\r\n", 505);
+  expect_refused_and_closed(server, "GET /" + std::string(9000, 'a') + " HTTP/1.1\r\n", 414);
+  // Well-formed requests, pipelined, each get their answer on one connection.
+  RawConnection c(server.port());
+  ASSERT_TRUE(c.send("\r\n" + get + "Host: x\r\n\r\n" + get + "Host: x\r\n\r\n"));
+  c.receive(10s);
+  EXPECT_EQ(c.status(), 200) << c.received();
+  EXPECT_TRUE(wait_until(
+      [&] {
+        c.wait_closed(20ms);
+        return c.received().find("HTTP/1.1 200", 1) != std::string::npos;
+      },
+      10s))
+      << c.received();
+  RawConnection http10(server.port());
+  ASSERT_TRUE(http10.send("GET /health HTTP/1.0\r\n\r\n"));
+  http10.receive(10s);
+  EXPECT_EQ(http10.status(), 200) << http10.received();
+}
+
+// Issue 34 (D8): `Expect: 100-continue` with a declared 60 MB body got
+// "100 Continue" (so the client sent it) before the 413.
+TEST(ServerHostile, ARefusedBodyGetsNo100Continue) {
+  ServerProcess server({"--max-body", "64KiB", "--api-key", "k"});
+  const std::string expect = "Expect: 100-continue\r\n";
+  for (const auto& [headers, status] : std::vector<std::pair<std::string, int>>{
+           {"Authorization: Bearer k\r\nContent-Length: 62914560\r\n", 413},
+           {"Authorization: Bearer wrong\r\nContent-Length: 100\r\n", 401},
+           {"Authorization: Bearer k\r\nContent-Length: -1\r\n", 400}}) {
+    SCOPED_TRACE(headers);
+    RawConnection c(server.port());
+    ASSERT_TRUE(c.send(post_head("/v1/videos", headers + expect)));
+    EXPECT_TRUE(c.wait_closed(10s));
+    EXPECT_EQ(c.status(), status) << c.received();
+    EXPECT_EQ(c.received().find("100 Continue"), std::string::npos) << c.received();
+  }
+  // One the server takes is told to continue.
+  RawConnection c(server.port());
+  ASSERT_TRUE(
+      c.send(post_head("/v1/videos", "Authorization: Bearer k\r\nContent-Length: 2\r\n" + expect)));
+  c.receive(10s);
+  EXPECT_EQ(c.received().rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << c.received();
+}
+
+// A short video job (about 3 s here).
+const std::string kShortVideo =
+    R"({"prompt": "short", "size": "128x128", "num_frames": 9, "num_inference_steps": 50})";
+
+// Issue 34: async jobs that finished while the server drained were lost: the
+// process exited as soon as the queue was idle, before their clients fetched
+// them. They are kept until fetched (Note [Jobs finished while draining]).
+TEST(ServerHostile, JobsFinishedWhileDrainingAreKeptUntilFetched) {
+  auto args = kLongAllowed;
+  args.insert(args.end(), {"--shutdown-timeout", "60"});
+  ServerProcess server(args);
+  const auto queued = server.client()->Post("/v1/videos", kShortVideo, "application/json");
+  ASSERT_TRUE(queued);
+  ASSERT_EQ(queued->status, 200) << queued->body;
+  const std::string id = json::parse(queued->body)["id"];
+  ::kill(server.pid(), SIGTERM);
+  std::string status;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const auto r = server.client(5s)->Get("/v1/videos/" + id);
+        if (r && r->status == 200) status = json::parse(r->body)["status"];
+        return status == "completed" || status == "failed";
+      },
+      60s))
+      << "the server went away before the job finished: " << server.stderr_text();
+  ASSERT_EQ(status, "completed");
+  std::this_thread::sleep_for(1s);  // a client that polls slowly
+  const auto content = server.client()->Get("/v1/videos/" + id + "/content");
+  ASSERT_TRUE(content) << "the finished job was lost: " << server.stderr_text();
+  EXPECT_EQ(content->status, 200);
+  EXPECT_EQ(inspect_mp4(content->body).samples, 9u);
+  const auto start = Clock::now();
+  EXPECT_EQ(server.signal_and_wait(0, 30s), 0) << server.stderr_text();
+  std::cerr << "exit " << seconds_since(start) << " s after the fetch (--shutdown-timeout 60)\n";
+  EXPECT_LT(seconds_since(start), 10.0) << "the drain waited on after the fetch";
+}
+
+// ... but never past --shutdown-timeout.
+TEST(ServerHostile, UnfetchedJobsAreKeptOnlyUntilTheShutdownTimeout) {
+  auto args = kLongAllowed;
+  args.insert(args.end(), {"--shutdown-timeout", "8"});
+  ServerProcess server(args);
+  const auto queued = server.client()->Post("/v1/videos", kShortVideo, "application/json");
+  ASSERT_TRUE(queued);
+  ASSERT_EQ(queued->status, 200) << queued->body;
+  const auto start = Clock::now();
+  const auto exit_status = server.signal_and_wait(SIGTERM, 60s);
+  const double seconds = seconds_since(start);
+  EXPECT_EQ(exit_status, 0) << server.stderr_text();
+  std::cerr << "SIGTERM to exit with an unfetched job: " << seconds << " s\n";
+  EXPECT_GE(seconds, 7.0);
+  EXPECT_LT(seconds, 20.0);
+  EXPECT_NE(server.stderr_text().find("were never fetched"), std::string::npos)
+      << server.stderr_text();
+}
+
 }  // namespace
 }  // namespace omni::server

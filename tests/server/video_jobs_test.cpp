@@ -101,5 +101,30 @@ TEST(VideoJobStore, AtMostMaxFinishedAreKeptOldestGoFirst) {
   EXPECT_EQ(list[2].id, ids[2]);
 }
 
+// Note [Jobs finished while draining]: what the drain waits for.
+TEST(VideoJobStore, JobsFinishedWhileDrainingAwaitTheirFetch) {
+  FakeClock clock;
+  VideoJobStore store(3600s, 8, clock.fn());
+  const auto before = store.create({});
+  store.complete(before, "x");
+  const auto completes = store.create({});
+  const auto fails = store.create({});
+  const auto deleted = store.create({});
+  EXPECT_EQ(store.awaiting_fetch(), 0u);  // no drain yet
+  clock.now += 1s;
+  store.begin_drain();
+  EXPECT_EQ(store.awaiting_fetch(), 0u);  // `before` finished earlier; the rest run
+  store.complete(completes, "mp4");
+  store.fail(fails, "cancelled", "x");
+  store.complete(deleted, "mp4");
+  EXPECT_EQ(store.awaiting_fetch(), 3u);
+  store.erase(deleted);
+  store.mark_fetched(completes);
+  EXPECT_EQ(store.awaiting_fetch(), 1u);
+  store.mark_fetched(fails);
+  EXPECT_EQ(store.awaiting_fetch(), 0u);
+  EXPECT_TRUE(store.get(completes));  // fetched records stay until the TTL
+}
+
 }  // namespace
 }  // namespace omni::server

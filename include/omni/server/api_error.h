@@ -28,11 +28,14 @@ enum class ErrorKind {
   timed_out,           // 408: the request's head and body did not arrive within --receive-timeout
   not_ready,           // 409: a video's content asked for before the job completed
   too_large,           // 413: body over --max-body
+  uri_too_long,        // 414: a request line over 8 KiB (Note [Request head])
+  header_too_large,    // 431: request line and headers over 64 KiB, or over 100 fields
   invalid_value,       // 422: well-formed but invalid (size, steps, frames, empty prompt)
   internal,            // 500: a bug; never the client's fault
   not_implemented,     // 501: this build lacks the feature (video without FFmpeg)
-  overloaded,          // 503: the queue or the connections are full, the server is shutting
-                       //      down, or the request was cancelled
+  version_not_supported,  // 505: a request in a protocol version other than HTTP/1.0 or 1.1
+  overloaded,             // 503: the queue or the connections are full, the server is shutting
+                          //      down, or the request was cancelled
 };
 
 int http_status(ErrorKind kind);

@@ -75,11 +75,27 @@ class VideoJobStore {
   std::size_t size();
   std::int64_t ttl_seconds() const { return ttl_.count(); }
 
+  // Note [Jobs finished while draining]
+  // A job that finishes while the server drains on SIGTERM would be lost
+  // when the process exits right after: its client polls, sees "completed"
+  // and finds the server gone before it downloads. So the drain (server.cpp)
+  // calls begin_drain, and once the queue is idle it keeps serving while
+  // awaiting_fetch() > 0, until --shutdown-timeout's deadline. A record is
+  // fetched when its content was served (completed) or its error was
+  // (failed: GET /v1/videos/{id} or its /content); deleting or evicting it
+  // counts too. Records that finished before the drain are not waited for:
+  // their clients had the chance.
+  void begin_drain();
+  void mark_fetched(const std::string& id);
+  // Records that finished since begin_drain and are not fetched yet.
+  std::size_t awaiting_fetch();
+
  private:
   struct Entry {
     VideoJob job;
     std::uint64_t sequence = 0;  // creation order
     std::chrono::steady_clock::time_point finished{};
+    bool fetched = false;
   };
   void evict_locked();
   std::string new_id_locked();
@@ -90,6 +106,7 @@ class VideoJobStore {
   std::mutex mutex_;
   std::map<std::string, Entry> jobs_;
   std::uint64_t next_sequence_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> drain_started_;
   std::mt19937_64 rng_;
 };
 
