@@ -151,6 +151,17 @@ class Omni {
   // Runs resolved `results[i].request`s as one backend request (one
   // pipeline run, or run_batch for several) and fills in the results.
   void run_resolved(std::vector<GenerateResult>& results, const pipelines::ProgressFn& progress);
+  // generate_batch's parts.
+  std::vector<std::size_t> resolve_batch(const std::vector<GenerationRequest>& requests,
+                                         std::vector<BatchOutcome>& outcomes,
+                                         std::vector<GenerateResult>& results, bool& one_key,
+                                         std::chrono::steady_clock::time_point start);
+  void run_alone(const GenerationRequest& request, const pipelines::ProgressFn& progress,
+                 BatchOutcome& outcome, std::chrono::steady_clock::time_point start);
+  void run_batch(const std::vector<GenerationRequest>& requests,
+                 const std::vector<pipelines::ProgressFn>& progress,
+                 const std::vector<std::size_t>& members, std::vector<GenerateResult>& results,
+                 std::vector<BatchOutcome>& outcomes, std::chrono::steady_clock::time_point start);
 
   EngineArgs args_;
   std::unique_ptr<device::Device> device_;

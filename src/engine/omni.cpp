@@ -251,24 +251,44 @@ void Omni::run_resolved(std::vector<GenerateResult>& results,
   }
 }
 
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+}  // namespace
+
 std::vector<BatchOutcome> Omni::generate_batch(const std::vector<GenerationRequest>& requests,
                                                const std::vector<pipelines::ProgressFn>& progress) {
   OMNI_CHECK(progress.empty() || progress.size() == requests.size(), InvalidRequest,
              "generate_batch: ", progress.size(), " progress callbacks for ", requests.size(),
              " requests");
   const auto start = std::chrono::steady_clock::now();
-  const auto since_start = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  const auto progress_of = [&](std::size_t i) {
-    return progress.empty() ? pipelines::ProgressFn() : progress[i];
-  };
   std::vector<BatchOutcome> outcomes(requests.size());
-  // Resolve every request first: an invalid one fails alone.
-  std::vector<std::size_t> members;
   std::vector<GenerateResult> results;
-  std::optional<std::string> key;
   bool one_key = true;
+  const auto members = resolve_batch(requests, outcomes, results, one_key, start);
+  if (members.size() < 2 || !one_key) {
+    for (const auto m : members)
+      run_alone(requests[m], progress.empty() ? pipelines::ProgressFn() : progress[m], outcomes[m],
+                start);
+    lookahead_.clear();  // when no request was valid
+    return outcomes;
+  }
+  run_batch(requests, progress, members, results, outcomes, start);
+  lookahead_.clear();
+  return outcomes;
+}
+
+// Resolves every request first: an invalid one fails alone. Returns the
+// indices of those that resolved (their results in `results`, in order);
+// `one_key`: they share one batch key.
+std::vector<std::size_t> Omni::resolve_batch(const std::vector<GenerationRequest>& requests,
+                                             std::vector<BatchOutcome>& outcomes,
+                                             std::vector<GenerateResult>& results, bool& one_key,
+                                             std::chrono::steady_clock::time_point start) {
+  std::vector<std::size_t> members;
+  std::optional<std::string> key;
+  one_key = true;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     try {
       GenerateResult r;
@@ -280,26 +300,31 @@ std::vector<BatchOutcome> Omni::generate_batch(const std::vector<GenerationReque
       results.push_back(std::move(r));
     } catch (...) {
       outcomes[i].error = std::current_exception();
-      outcomes[i].seconds = since_start();
+      outcomes[i].seconds = seconds_since(start);
     }
   }
-  // Runs member m on its own; its outcome is what that gives. (The first
-  // such run takes the lookahead; later ones have none.)
-  const auto alone = [&](std::size_t m) {
-    try {
-      outcomes[m].result = generate(requests[m], progress_of(m));
-    } catch (...) {
-      outcomes[m].error = std::current_exception();
-    }
-    outcomes[m].seconds = since_start();
-  };
-  if (members.size() < 2 || !one_key) {
-    for (const auto m : members) alone(m);
-    lookahead_.clear();  // when no request was valid
-    return outcomes;
+  return members;
+}
+
+// One request on its own; its outcome is what that gives. (The first such
+// run takes the lookahead; later ones have none.)
+void Omni::run_alone(const GenerationRequest& request, const pipelines::ProgressFn& progress,
+                     BatchOutcome& outcome, std::chrono::steady_clock::time_point start) {
+  try {
+    outcome.result = generate(request, progress);
+  } catch (...) {
+    outcome.error = std::current_exception();
   }
-  // Per-request cancellation inside one run: a cancelled request rides
-  // along; the run stops once none is left.
+  outcome.seconds = seconds_since(start);
+}
+
+// The resolved `members` as one run. Per-request cancellation inside it: a
+// cancelled request rides along; the run stops once none is left.
+void Omni::run_batch(const std::vector<GenerationRequest>& requests,
+                     const std::vector<pipelines::ProgressFn>& progress,
+                     const std::vector<std::size_t>& members, std::vector<GenerateResult>& results,
+                     std::vector<BatchOutcome>& outcomes,
+                     std::chrono::steady_clock::time_point start) {
   std::size_t live = members.size();
   const pipelines::ProgressFn batch_progress = [&](int step, int total) {
     for (const auto m : members) {
@@ -309,7 +334,7 @@ std::vector<BatchOutcome> Omni::generate_batch(const std::vector<GenerationReque
         callback(step, total);
       } catch (const Cancelled&) {
         outcomes[m].error = std::current_exception();
-        outcomes[m].seconds = since_start();
+        outcomes[m].seconds = seconds_since(start);
         --live;
       }
     }
@@ -321,7 +346,7 @@ std::vector<BatchOutcome> Omni::generate_batch(const std::vector<GenerationReque
       auto& outcome = outcomes[members[k]];
       if (outcome.error) continue;  // cancelled meanwhile: discarded
       outcome.result = std::move(results[k]);
-      outcome.seconds = since_start();
+      outcome.seconds = seconds_since(start);
     }
   } catch (const Cancelled&) {
     // From a cancel point inside a step (Note [Cancel points inside a step]):
@@ -329,18 +354,17 @@ std::vector<BatchOutcome> Omni::generate_batch(const std::vector<GenerationReque
     for (const auto m : members)
       if (!outcomes[m].error) {
         outcomes[m].error = std::current_exception();
-        outcomes[m].seconds = since_start();
+        outcomes[m].seconds = seconds_since(start);
       }
   } catch (...) {
-    if (live > 0) {
-      // The batch failed as a whole: each request that is still wanted runs
-      // alone, and only those that fail alone fail.
-      for (const auto m : members)
-        if (!outcomes[m].error) alone(m);
-    }
+    // The batch failed as a whole: each request that is still wanted runs
+    // alone, and only those that fail alone fail.
+    if (live == 0) return;
+    for (const auto m : members)
+      if (!outcomes[m].error)
+        run_alone(requests[m], progress.empty() ? pipelines::ProgressFn() : progress[m],
+                  outcomes[m], start);
   }
-  lookahead_.clear();
-  return outcomes;
 }
 
 offload::OffloadReport Omni::offload_report() {
