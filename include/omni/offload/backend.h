@@ -116,6 +116,12 @@ struct OffloadOptions {
   // and the bytes of every home, on enable()'s thread, after each tensor;
   // the last call has done == total. Must not throw.
   std::function<void(std::uint64_t done, std::uint64_t total)> home_progress;
+  // Called on enable()'s thread with each tensor of a component (its name in
+  // the component, its home) as soon as its home holds it, before anything
+  // uploads from it: may change the home's values in place, never its shape
+  // or dtype (fusing a LoRA into the home: Note [Fusing a LoRA]).
+  std::function<void(const std::string& component, const std::string& tensor, torch::Tensor& home)>
+      home_filled;
 };
 
 class OffloadBackend : public SplitOffloadHost {
@@ -294,8 +300,8 @@ class OffloadBackend : public SplitOffloadHost {
   int hooks_installed_ = 0;
 
   std::vector<std::string> schedule_;
-  std::size_t cursor_ = 0;            // the next call of schedule_
-  std::size_t request_calls_ = 0;     // schedule_'s calls before the queued requests'
+  std::size_t cursor_ = 0;         // the next call of schedule_
+  std::size_t request_calls_ = 0;  // schedule_'s calls before the queued requests'
   // Uploads now are for a queued request (Note [Transfers for the next request]).
   bool uploads_for_next_request_ = false;
   std::vector<std::size_t> running_;  // components whose forward is running, innermost last
@@ -303,7 +309,7 @@ class OffloadBackend : public SplitOffloadHost {
   // in its final call and `to`'s arrive into the space (Note [Streaming…]).
   struct Rolling {
     std::size_t from, to;
-    std::size_t next_to = 0;  // position in to's upload order of the next group to upload
+    std::size_t next_to = 0;        // position in to's upload order of the next group to upload
     bool for_next_request = false;  // `to`'s call is a queued request's
   };
   std::optional<Rolling> rolling_;
