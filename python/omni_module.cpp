@@ -23,11 +23,13 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <variant>
 #include <vector>
 
 #include "omni/error.h"
 #include "omni/omni.h"
+#include "omni/pipelines/request_preset.h"
 
 namespace py = pybind11;
 
@@ -231,7 +233,8 @@ PYBIND11_MODULE(_omni, m) {
                        const std::optional<ByteSize>& reserve_memory, bool enable_layerwise_offload,
                        std::size_t prefetch_blocks, bool offload_auto,
                        const std::optional<ByteSize>& host_memory_budget,
-                       const ByteSize& pinned_staging) {
+                       const ByteSize& pinned_staging,
+                       const std::vector<std::tuple<std::string, std::string, double>>& loras) {
              omni::EngineArgs args;
              args.model = model;
              args.enable_cpu_offload = enable_cpu_offload;
@@ -253,6 +256,8 @@ PYBIND11_MODULE(_omni, m) {
              args.offload_auto = offload_auto;
              if (host_memory_budget) args.host_memory_budget_bytes = to_bytes(*host_memory_budget);
              args.pinned_staging_bytes = to_bytes(pinned_staging);
+             for (const auto& [component, path, scale] : loras)
+               args.loras.push_back({.component = component, .path = path, .scale = scale});
              return std::make_unique<Engine>(std::move(args));
            }),
            py::arg("model"), py::kw_only(), py::arg("enable_cpu_offload"), py::arg("device"),
@@ -261,7 +266,7 @@ PYBIND11_MODULE(_omni, m) {
            py::arg("max_pin_chunk_bytes"), py::arg("split_components"),
            py::arg("device_memory_budget"), py::arg("reserve_memory"),
            py::arg("enable_layerwise_offload"), py::arg("prefetch_blocks"), py::arg("offload_auto"),
-           py::arg("host_memory_budget"), py::arg("pinned_staging"),
+           py::arg("host_memory_budget"), py::arg("pinned_staging"), py::arg("loras"),
            "Loads the model and enables offload (GIL released). Errors: omni's classes.")
       .def(
           "generate",
@@ -269,7 +274,8 @@ PYBIND11_MODULE(_omni, m) {
              std::optional<int> height, std::optional<int> width, std::optional<int> num_frames,
              std::optional<int> num_inference_steps, std::optional<double> guidance_scale,
              std::optional<double> guidance_scale_2, std::optional<double> boundary_ratio,
-             std::optional<double> flow_shift, std::uint64_t seed, const py::object& callback) {
+             std::optional<double> flow_shift, std::uint64_t seed, const py::object& callback,
+             const std::optional<std::string>& preset) {
             omni::GenerationRequest request;
             request.prompt = prompt;
             request.negative_prompt = negative_prompt;
@@ -282,12 +288,13 @@ PYBIND11_MODULE(_omni, m) {
             request.boundary_ratio = boundary_ratio;
             request.flow_shift = flow_shift;
             request.seed = seed;
+            if (preset) request = omni::pipelines::apply_preset(request, *preset);
             return engine.generate(request, callback);
           },
           py::arg("prompt"), py::kw_only(), py::arg("negative_prompt"), py::arg("height"),
           py::arg("width"), py::arg("num_frames"), py::arg("num_inference_steps"),
           py::arg("guidance_scale"), py::arg("guidance_scale_2"), py::arg("boundary_ratio"),
-          py::arg("flow_shift"), py::arg("seed"), py::arg("callback"),
+          py::arg("flow_shift"), py::arg("seed"), py::arg("callback"), py::arg("preset"),
           "Runs one request (GIL released; Note [The GIL and cancellation]); returns uint8 "
           "frames [F, H, W, 3].")
       .def("request_report_json", &Engine::request_report_json,

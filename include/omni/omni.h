@@ -16,6 +16,7 @@
 #include <string>
 
 #include "omni/device/device.h"
+#include "omni/models/wan/wan_lora.h"
 #include "omni/offload/auto_plan.h"
 #include "omni/offload/backend.h"
 #include "omni/offload/report.h"
@@ -54,6 +55,9 @@ struct EngineArgs {
   // Text-encoder outputs kept for reuse (Note [Prompt cache]); 0: none.
   std::uint64_t prompt_cache_bytes = 256ull << 20;
   offload::OffloadOptions offload;
+  // LoRAs fused into their components' weights at load, in order, before
+  // offload makes the host homes (Note [Fusing a LoRA]); --lora.
+  std::vector<models::wan::LoraSpec> loras;
   // Throws ConfigError naming the bad field.
   void validate() const;
   // layerwise with enable_layerwise_offload; else budget when
@@ -146,6 +150,8 @@ class Omni {
   const std::optional<offload::OffloadChoice>& offload_choice() const { return choice_; }
   // The host memory plan made before loading (absent without a budget).
   const std::optional<offload::HostMemoryPlan>& host_plan() const { return host_plan_; }
+  // The LoRAs fused at load, in order.
+  const std::vector<offload::FusedLora>& loras() const { return loras_; }
 
  private:
   // Runs resolved `results[i].request`s as one backend request (one
@@ -170,9 +176,14 @@ class Omni {
   std::unique_ptr<offload::OffloadBackend> backend_;
   std::optional<offload::OffloadChoice> choice_;
   offload::PolicyKind choose_policy();
+  struct PlannedLora;
+  std::vector<PlannedLora> plan_loras() const;
+  void finish_loras(std::vector<PlannedLora>& plans);
   pipelines::PromptCache prompt_cache_;
   std::vector<GenerationRequest> lookahead_;
-  void add_host_plan(offload::OffloadReport& report) const;
+  std::vector<offload::FusedLora> loras_;
+  // What loading decided, in every report: the host plan and the LoRAs.
+  void add_load_facts(offload::OffloadReport& report) const;
 };
 
 }  // namespace omni

@@ -159,6 +159,12 @@ class Omni:
         (model_index.json's boundary_ratio, in (0, 1); two-expert models) and its scheduler's
         shift (positive), for every request that does not set its own (generate's keywords).
         None: the model's own. A model without such a thing raises InvalidRequest at generate.
+    lora: LoRAs fused into components' weights at load (the CLI's --lora), a dict
+        {"transformer": "high.safetensors", "transformer_2": ("low.safetensors", 0.8)}:
+        component → path or (path, scale). Original-Wan, PEFT and Kohya keys are read; a file
+        none of whose keys match raises FormatError. The host homes hold the fused weights.
+    preset: "lightning" (4 steps, guidance_scale 1, flow shift 5) for every request, filling
+        what a request leaves None (generate's preset overrides it).
 
     Loading releases the GIL. Errors: ConfigError, FormatError, DeviceOutOfMemory (with the C++
     message); an unknown keyword is a TypeError. One thread uses an Omni at a time (a second
@@ -190,9 +196,21 @@ class Omni:
         vae_use_tiling: Optional[bool] = None,
         boundary_ratio: Optional[float] = None,
         flow_shift: Optional[float] = None,
+        lora: Optional[dict] = None,
+        preset: Optional[str] = None,
     ) -> None:
         self._boundary_ratio = boundary_ratio
         self._flow_shift = flow_shift
+        self._preset = preset
+        loras = []
+        for component, spec in (lora or {}).items():
+            if isinstance(spec, tuple):
+                if len(spec) != 2:
+                    raise ConfigError(f"lora[{component!r}] must be PATH or (PATH, SCALE), got {spec!r}")
+                path, scale = spec
+            else:
+                path, scale = spec, 1.0
+            loras.append((str(component), os.fspath(path), float(scale)))
         if offload_streaming not in ("on", "off", True, False):
             raise ConfigError(f"offload_streaming must be 'on' or 'off', got {offload_streaming!r}")
         if offload not in (None, "auto"):
@@ -219,6 +237,7 @@ class Omni:
             offload_auto=offload == "auto",
             host_memory_budget=host_memory_budget,
             pinned_staging=pinned_staging,
+            loras=loras,
         )
 
     def generate(
@@ -238,6 +257,7 @@ class Omni:
         generator: Any = None,
         output_type: str = "np",
         callback: Optional[ProgressCallback] = None,
+        preset: Optional[str] = None,
     ) -> Any:
         """Generates a video (or an image: num_frames=1) from a prompt.
 
@@ -249,6 +269,8 @@ class Omni:
         height, width, num_frames, num_inference_steps, guidance_scale, guidance_scale_2: the
         model's defaults when None (its omni_defaults.json, else diffusers' WanPipeline's).
         boundary_ratio, flow_shift: this request's overrides (see Omni); None: the Omni's.
+        preset: "lightning" (4 steps, guidance_scale 1, flow shift 5) fills what this request
+        leaves None, over the model's defaults (Note [Request presets]); None: the Omni's.
         seed: the same seed gives the same frames as `omni generate --seed` (0 when None).
         generator: a torch.Generator, honoured through its initial_seed() (instead of seed).
         callback(step, total): called after every denoising step, holding the GIL; an
@@ -279,6 +301,7 @@ class Omni:
             flow_shift=self._flow_shift if flow_shift is None else flow_shift,
             seed=_resolve_seed(seed, generator),
             callback=callback,
+            preset=self._preset if preset is None else preset,
         )
         if output_type == "pil":
             import PIL.Image

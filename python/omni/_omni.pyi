@@ -30,6 +30,7 @@ class Engine:
         offload_auto: bool,
         host_memory_budget: Union[int, str, None],
         pinned_staging: Union[int, str],
+        loras: Sequence[tuple[str, str, float]],
     ) -> None: ...
     def generate(
         self,
@@ -42,8 +43,11 @@ class Engine:
         num_inference_steps: Optional[int],
         guidance_scale: Optional[float],
         guidance_scale_2: Optional[float],
+        boundary_ratio: Optional[float],
+        flow_shift: Optional[float],
         seed: int,
         callback: Optional[Callable[[int, int], object]],
+        preset: Optional[str],
     ) -> npt.NDArray[np.uint8]: ...
     def request_report_json(self) -> Optional[str]: ...
     def offload_report_json(self) -> str: ...

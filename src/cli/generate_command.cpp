@@ -16,6 +16,7 @@
 #include "omni/error.h"
 #include "omni/io/image_writer.h"
 #include "omni/omni.h"
+#include "omni/pipelines/request_preset.h"
 #include "omni/random_seed.h"
 
 namespace omni::cli {
@@ -70,6 +71,8 @@ struct GenerateOptions {
   std::string report_json;
   bool make_folders = false;  // --mkdir
   bool quiet = false;
+  std::vector<std::string> loras;  // COMPONENT=PATH[:SCALE]
+  std::string preset;
 };
 
 std::pair<int, int> parse_size(const std::string& size) {
@@ -183,6 +186,7 @@ int generate(const GenerateOptions& o) {
   args.sim_memory_bytes = device::parse_byte_size(o.sim_memory);
   o.offload_flags.apply(args);
   args.prompt_cache_bytes = device::parse_byte_size(o.prompt_cache);
+  for (const auto& text : o.loras) args.loras.push_back(models::wan::LoraSpec::parse(text));
   GenerationRequest request;
   request.prompt = o.prompt;
   request.negative_prompt = o.negative_prompt;
@@ -199,6 +203,7 @@ int generate(const GenerateOptions& o) {
     request.width = w;
     request.height = h;
   }
+  if (!o.preset.empty()) request = pipelines::apply_preset(request, o.preset);
   LoadBar load_bar;
   args.offload.home_progress = [&](std::uint64_t done, std::uint64_t total) {
     load_bar.update(done, total);
@@ -276,6 +281,14 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--mkdir", options->make_folders,
                 "Create the folders of --output and --report-json when missing (else an error)");
   cmd->add_flag("--quiet,-q", options->quiet, "Print nothing but errors");
+  cmd->add_option("--lora", options->loras,
+                  "COMPONENT=PATH[:SCALE]: fuse a LoRA into a component's weights at load "
+                  "(repeatable: --lora transformer=high.safetensors "
+                  "--lora transformer_2=low.safetensors:0.8)")
+      ->allow_extra_args(false);
+  cmd->add_option("--preset", options->preset,
+                  "Request settings over the model's defaults: lightning (4 steps, guidance 1, "
+                  "flow shift 5); flags given win");
   cmd->callback([options] { std::exit(run_guarded([&] { return generate(*options); })); });
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "engine/torch_errors.h"
@@ -12,9 +13,17 @@
 #include "omni/engine/inspect.h"
 #include "omni/error.h"
 #include "omni/io/image_writer.h"
+#include "omni/io/safetensors.h"
 #include "omni/offload/staging_ring.h"
 
 namespace omni {
+
+// A LoRA planned against its component, and the tensors fused so far.
+struct Omni::PlannedLora {
+  models::wan::LoraPlan plan;
+  std::shared_ptr<torch::nn::Module> module;
+  std::set<std::string> fused;
+};
 
 void EngineArgs::validate() const {
   OMNI_CHECK(!model.empty(), ConfigError, "model must not be empty");
@@ -37,6 +46,7 @@ void EngineArgs::validate() const {
              "the device memory budget must be positive");
   OMNI_CHECK(offload.prefetch_blocks >= 1 && offload.prefetch_blocks <= 64, ConfigError,
              "prefetch blocks must be in [1, 64], got ", offload.prefetch_blocks);
+  for (const auto& lora : loras) lora.validate();
 }
 
 offload::PolicyKind EngineArgs::offload_policy() const {
@@ -120,7 +130,23 @@ Omni::Omni(EngineArgs args) : args_(std::move(args)), prompt_cache_(args_.prompt
       ring = std::make_shared<offload::StagingRing>(*device_, args_.pinned_staging_bytes);
     offload_options.mapped_homes = {plan, ring};
   }
+  // A LoRA file that is missing or not safetensors fails before the model loads.
+  for (const auto& lora : args_.loras) (void)io::read_safetensors_header(lora.path);
   pipeline_ = pipelines::load_pipeline(args_.model, load);
+  // Note [Fusing a LoRA]: each LoRA is planned (every key matched, every
+  // shape checked) before anything is written, then fused into each
+  // tensor's host home as the home is filled, so loading holds no second
+  // copy of the weights it changes; tensors without a home are fused in place.
+  auto loras = std::make_shared<std::vector<PlannedLora>>(plan_loras());
+  if (!loras->empty())
+    offload_options.home_filled = [loras](const std::string& component, const std::string& tensor,
+                                          torch::Tensor& home) {
+      for (auto& p : *loras)
+        if (p.plan.summary().component == component && p.plan.changes(tensor)) {
+          p.plan.apply(tensor, home);
+          p.fused.insert(tensor);
+        }
+    };
   if (args_.offload_auto && device_->supports_offload()) {
     policy = choose_policy();
     offload_options.device_memory_budget = args_.offload.device_memory_budget;
@@ -130,14 +156,63 @@ Omni::Omni(EngineArgs args) : args_(std::move(args)), prompt_cache_(args_.prompt
     backend_ = std::make_unique<offload::OffloadBackend>(*device_, offload::make_policy(policy),
                                                          offload_options);
   if (backend_) backend_->enable(*pipeline_, pipeline_->components());
+  finish_loras(*loras);
+  loras->clear();  // the hook fuses nothing more; the LoRA files are unmapped
   release_freed_host_memory();
 }
 
-void Omni::add_host_plan(offload::OffloadReport& report) const {
+void Omni::add_load_facts(offload::OffloadReport& report) const {
+  report.loras = loras_;
   if (!host_plan_) return;
   report.host_plan = *host_plan_;
   report.mapped_host_bytes = host_plan_->mapped_bytes();
   report.staging_host_bytes = host_plan_->maps_any() ? host_plan_->staging_bytes : 0;
+}
+
+std::vector<Omni::PlannedLora> Omni::plan_loras() const {
+  std::vector<PlannedLora> plans;
+  if (args_.loras.empty()) return plans;
+  const auto spec = pipeline_->components();
+  std::vector<std::string> names;
+  for (const auto* list :
+       {&spec.dit_modules, &spec.encoder_modules, &spec.vae_modules, &spec.resident_modules})
+    names.insert(names.end(), list->begin(), list->end());
+  std::string listed;
+  for (const auto& n : names) listed += (listed.empty() ? "" : ", ") + n;
+  for (const auto& lora : args_.loras) {
+    const auto module = std::find(names.begin(), names.end(), lora.component) != names.end()
+                            ? offload::find_module(*pipeline_, lora.component)
+                            : nullptr;
+    OMNI_CHECK(module != nullptr, ConfigError, "LoRA ", lora.path.string(), ": ",
+               pipeline_->class_name(), " has no component '", lora.component, "' (it has ", listed,
+               ")");
+    plans.push_back({models::wan::LoraPlan::make(*module, lora), module, {}});
+  }
+  return plans;
+}
+
+void Omni::finish_loras(std::vector<PlannedLora>& plans) {
+  for (auto& p : plans) {
+    // Tensors that got no home (no offload, or a component that stays on
+    // the device without one) are fused where they are.
+    auto params = p.module->named_parameters(/*recurse=*/true);
+    for (const auto& name : p.plan.summary().touched)
+      if (!p.fused.count(name)) p.plan.apply(name, params[name]);
+    const auto& s = p.plan.summary();
+    loras_.push_back({.component = s.component,
+                      .path = s.path,
+                      .scale = s.scale,
+                      .style = s.style,
+                      .tensors = s.touched.size(),
+                      .pairs = s.pairs,
+                      .unused_pairs = s.unused_pairs});
+    if (s.unused_pairs > 0 && !args_.offload.quiet) {
+      std::cerr << "omni: LoRA " << s.path << " on " << s.component << ": " << s.unused_pairs
+                << " of " << s.pairs << " updates match no tensor and are unused, e.g.";
+      for (const auto& key : s.unused_keys) std::cerr << " '" << key << "'";
+      std::cerr << "\n";
+    }
+  }
 }
 
 // Note [Choosing an offload mode]: the sizes of the loaded components, the
@@ -234,10 +309,11 @@ void Omni::run_resolved(std::vector<GenerateResult>& results,
   offload::OffloadReport report;
   if (backend_) {
     report = backend_->end_request();
-    add_host_plan(report);
+    add_load_facts(report);
   } else {
     report.device = device_->name();
     report.strategy = "none";
+    report.loras = loras_;
   }
   for (std::size_t i = 0; i < results.size(); ++i) {
     auto& result = results[i];
@@ -370,12 +446,13 @@ void Omni::run_batch(const std::vector<GenerationRequest>& requests,
 offload::OffloadReport Omni::offload_report() {
   if (backend_) {
     auto r = backend_->report();
-    add_host_plan(r);
+    add_load_facts(r);
     return r;
   }
   offload::OffloadReport r;
   r.device = device_->name();
   r.strategy = "none";
+  r.loras = loras_;
   return r;
 }
 

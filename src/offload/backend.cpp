@@ -580,7 +580,8 @@ void OffloadBackend::adopt(const std::vector<ResolvedComponent>& resolved) {
   // the weights. rollback() restores from the homes.
   HostHomeOptions home_options{options_.pin_memory, options_.max_pin_chunk_bytes,
                                options_.mapped_homes};
-  auto point_at_home = [this](TensorSlot& slot) {
+  auto point_at_home = [this](const std::string& component, TensorSlot& slot) {
+    if (options_.home_filled) options_.home_filled(component, slot.name, slot.home);
     rebind(slot.live, device_.offloaded_view(slot.home));
   };
   std::uint64_t done = 0, total = 0;
@@ -592,7 +593,7 @@ void OffloadBackend::adopt(const std::vector<ResolvedComponent>& resolved) {
     try {
       c.home = HostHome::build(c.resolved.path, *c.resolved.module, device_, home_options,
                                &pin_refused_, [&](TensorSlot& slot) {
-                                 point_at_home(slot);
+                                 point_at_home(c.resolved.path, slot);
                                  rebound.push_back(slot);
                                  done += slot.bytes;
                                  if (progress) progress(done, total);

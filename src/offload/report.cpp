@@ -50,6 +50,10 @@ std::string OffloadReport::to_table() const {
   out << "  host homes: pinned " << format_bytes(pinned_host_bytes) << ", pageable "
       << format_bytes(pageable_host_bytes) << "; moved h2d " << format_bytes(h2d_bytes) << ", d2h "
       << format_bytes(d2h_bytes) << " in " << transfers.size() << " transfers\n";
+  for (const auto& l : loras)
+    out << "  LoRA on " << l.component << ": " << l.path << ", scale " << l.scale << ", "
+        << l.tensors << " tensors changed, " << l.unused_pairs << " of " << l.pairs
+        << " updates unused\n";
   if (host_plan) {
     out << "  mapped homes " << format_bytes(mapped_host_bytes) << ", pinned staging ring "
         << format_bytes(staging_host_bytes) << "\n";
@@ -100,6 +104,15 @@ nlohmann::json OffloadReport::to_json() const {
                               {"seconds", t.seconds},
                               {"gbps", t.gbps()},
                               {"pinned", t.pinned}});
+  j["loras"] = nlohmann::json::array();
+  for (const auto& l : loras)
+    j["loras"].push_back({{"component", l.component},
+                          {"path", l.path},
+                          {"scale", l.scale},
+                          {"style", l.style},
+                          {"tensors", l.tensors},
+                          {"pairs", l.pairs},
+                          {"unused_pairs", l.unused_pairs}});
   return j;
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "omni/io/image_writer.h"
+#include "omni/io/safetensors.h"
 #include "omni/io/video_writer.h"
 #include "support/hub_cache.h"
 #include "support/run_process.h"
@@ -475,3 +476,48 @@ TEST_F(Cli, Mp4WithoutVideoSupportIsAOneLineError) {
 #endif
 
 }  // namespace
+
+// --lora and --preset: a LoRA fused at load is in the report; bad specs exit
+// 2 (configuration) or 3 (file) with one line. (The built-in example has no
+// flow shift for the lightning preset to set; tests/python runs it.)
+TEST_F(Cli, LoraAndPresetFlags) {
+  torch::manual_seed(2);
+  const auto lora = dir_ / "shaped.safetensors";
+  omni::io::save_safetensors(lora,
+                             {{"transformer.blocks.0.fc1.lora_A.weight", torch::randn({8, 128})},
+                              {"transformer.blocks.0.fc1.lora_B.weight", torch::randn({384, 8})}});
+  auto args = generate_args("lora.png", {{"--report-json", (dir_ / "lora.json").string()}});
+  args.insert(args.end(), {"--lora", "transformer=" + lora.string() + ":0.5", "--device", "sim",
+                           "--enable-cpu-offload"});
+  const auto r = run_omni(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto report =
+      nlohmann::json::parse(omni::testing::read_text_file((dir_ / "lora.json").string()));
+  ASSERT_EQ(report["loras"].size(), 1u);
+  EXPECT_EQ(report["loras"][0]["scale"], 0.5);
+  EXPECT_EQ(report["loras"][0]["style"], "peft");
+  EXPECT_NE(r.out.find("LoRA on transformer"), std::string::npos) << r.out;
+
+  auto with = [&](std::vector<std::string> extra) {
+    auto a = generate_args("bad.png");
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_omni(a);
+  };
+  const auto no_equals = with({"--lora", lora.string()});
+  expect_one_line_error(no_equals, "COMPONENT=PATH");
+  EXPECT_EQ(no_equals.exit_code, 2);
+  const auto unknown = with({"--lora", "unet=" + lora.string()});
+  expect_one_line_error(unknown, "no component 'unet'");
+  EXPECT_EQ(unknown.exit_code, 2);
+  const auto missing = with({"--lora", "transformer=" + (dir_ / "absent.safetensors").string()});
+  expect_one_line_error(missing, "absent.safetensors");
+  EXPECT_EQ(missing.exit_code, 3);
+  omni::io::save_safetensors(dir_ / "sdxl.safetensors",
+                             {{"lora_unet_mid_block_proj.lora_down.weight", torch::ones({2, 2})}});
+  const auto mismatched = with({"--lora", "transformer=" + (dir_ / "sdxl.safetensors").string()});
+  expect_one_line_error(mismatched, "lora_unet_mid_block_proj.lora_down.weight");
+  EXPECT_EQ(mismatched.exit_code, 3);
+  const auto preset = with({"--preset", "turbo"});
+  expect_one_line_error(preset, "unknown preset 'turbo'");
+  EXPECT_EQ(preset.exit_code, 2);
+}

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -126,4 +127,39 @@ TEST_F(HostBudgetTest, HomeProgressCountsEveryHomesBytesUpToTheTotal) {
     }
     EXPECT_EQ(calls.back().first, weights) << (budget ? "budget" : "no budget");
   }
+}
+
+// Note [Fusing a LoRA] into mapped homes: a home left in the checkpoint gets
+// private pages where the LoRA writes it: the frames are those of pinned
+// homes, and the checkpoint file is never written.
+TEST_F(HostBudgetTest, ALoraFusedIntoMappedHomesGivesThePinnedHomesFrames) {
+  torch::manual_seed(4);
+  const auto lora = budget_dir().parent_path() / "budget_lora.safetensors";
+  omni::io::save_safetensors(
+      lora, {{"diffusion_model.blocks.0.self_attn.q.lora_down.weight", torch::randn({2, 24})},
+             {"diffusion_model.blocks.0.self_attn.q.lora_up.weight", torch::randn({24, 2})},
+             {"diffusion_model.blocks.1.ffn.2.lora_down.weight", torch::randn({2, 64})},
+             {"diffusion_model.blocks.1.ffn.2.lora_up.weight", torch::randn({24, 2})}});
+  const auto weights = budget_dir() / "transformer" / "diffusion_pytorch_model.safetensors";
+  std::ifstream before_in(weights, std::ios::binary);
+  const std::string before{std::istreambuf_iterator<char>(before_in), {}};
+  const auto run = [&](std::optional<std::uint64_t> budget) {
+    auto args = tiny_wan::engine_args(budget_dir(), /*offload=*/true);
+    args.host_memory_budget_bytes = budget;
+    args.pinned_staging_bytes = 16 << 10;
+    args.loras = {{.component = "transformer", .path = lora, .scale = 0.5}};
+    omni::Omni engine(args);
+    auto request = tiny_wan::small_request(3, 32, 32, 5, /*seed=*/11);
+    request.negative_prompt = "blurry";
+    return engine.generate(request);
+  };
+  const auto pinned = run(std::nullopt);
+  const auto mapped = run(32 << 10);  // only the staging ring fits
+  ASSERT_TRUE(mapped.report.host_plan.has_value());
+  EXPECT_EQ(mapped.report.host_plan->kind_of("transformer"), omni::offload::HomeKind::mapped);
+  EXPECT_TRUE(torch::equal(mapped.frames, pinned.frames));
+  EXPECT_FALSE(torch::equal(pinned.frames, generate_with(std::nullopt).frames));
+  EXPECT_EQ(mapped.report.h2d_bytes, generate_with(32 << 10).report.h2d_bytes);
+  std::ifstream after_in(weights, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(after_in), {}), before);
 }

@@ -116,6 +116,12 @@ struct OffloadOptions {
   // and the bytes of every home, on enable()'s thread, after each tensor;
   // the last call has done == total. Must not throw.
   std::function<void(std::uint64_t done, std::uint64_t total)> home_progress;
+  // Called on enable()'s thread with each tensor of a component (its name in
+  // the component, its home) as soon as its home holds it, before anything
+  // uploads from it: may change the home's values in place, never its shape
+  // or dtype (fusing a LoRA into the home: Note [Fusing a LoRA]).
+  std::function<void(const std::string& component, const std::string& tensor, torch::Tensor& home)>
+      home_filled;
 };
 
 class OffloadBackend : public SplitOffloadHost {

@@ -55,6 +55,19 @@ struct ComponentReport {
   double hidden_seconds() const { return std::max(0.0, upload_seconds - exposed_seconds); }
 };
 
+// A LoRA fused into a component's weights at load (models/wan/wan_lora.h,
+// Note [Fusing a LoRA]): the home holds the fused weights, so it moves no
+// extra byte.
+struct FusedLora {
+  std::string component;
+  std::string path;
+  double scale = 1.0;
+  std::string style;               // the file's key style(s)
+  std::uint64_t tensors = 0;       // the component's tensors it changed
+  std::uint64_t pairs = 0;         // the file's updates
+  std::uint64_t unused_pairs = 0;  // of those, matching no tensor
+};
+
 struct OffloadReport {
   std::string device;
   bool stand_in = false;   // figures come from the sim device
@@ -78,6 +91,7 @@ struct OffloadReport {
   double hidden_transfer_seconds = 0;
   std::vector<ComponentReport> components;
   std::vector<Transfer> transfers;
+  std::vector<FusedLora> loras;  // in the order they were fused
 
   const ComponentReport* component(std::string_view name) const;
   std::string to_table() const;
