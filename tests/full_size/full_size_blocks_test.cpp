@@ -205,10 +205,15 @@ void run_umt5_block(torch::ScalarType dtype, const std::string& dtype_key, Toler
 
 // Relative tolerances from measurement (tests/data/wan/README.md, "Full-size
 // blocks", has the measured values): float32 ~5e-7 against both, so 1e-5;
-// bfloat16 is the dtype's own rounding, ~8e-3 for the library itself.
+// bfloat16 is the dtype's own rounding, ~8e-3 for the library itself. Two
+// bfloat16 runs each that far from float64 may differ by their sum, and
+// LibTorch 1.13's CPU bfloat16 kernels round differently on different CPUs
+// (UMT5 port vs library: 1.3e-3 on the machine that set the first bound,
+// 8.9e-3 on an AVX2-only AMD EPYC), so against the library the bound is the
+// one against float64.
 constexpr Tolerance kFloat32{1e-5, 1e-5};
 constexpr Tolerance kWanBFloat16{2e-2, 2e-2};
-constexpr Tolerance kUmt5BFloat16{1.5e-2, 5e-3};
+constexpr Tolerance kUmt5BFloat16{1.5e-2, 1.5e-2};
 
 TEST_F(FullSizeBlock, WanTransformerBlockFloat32) {
   run_wan_block(torch::kFloat, "f32", kFloat32);
