@@ -91,6 +91,40 @@ void check_budget_before_loading(offload::PolicyKind policy, const DevicePlan& p
 }
 }  // namespace
 
+namespace {
+// Plan, then load: from the headers only, one reading for both plans. A
+// budget the policy cannot run with is a ConfigError before any weight
+// loads; under a host memory budget, returns the host memory plan and puts
+// its mapped homes and staging ring into `offload_options` (Note [Mapped
+// homes]).
+std::optional<offload::HostMemoryPlan> plan_before_loading(
+    const EngineArgs& args, offload::PolicyKind policy, bool offload, device::Device& device,
+    const pipelines::DtypeSpec& dtype, offload::OffloadOptions& offload_options) {
+  const bool plans_host = offload && args.host_memory_budget_bytes && device.supports_offload();
+  const bool checks_budget =
+      device.supports_offload() && !args.offload_auto &&
+      (policy == offload::PolicyKind::budget || policy == offload::PolicyKind::layerwise);
+  if (!plans_host && !checks_budget) return std::nullopt;
+  InspectOptions inspect_options;
+  inspect_options.dtype = dtype;
+  if (checks_budget) {
+    inspect_options.device_memory_budget_bytes = offload::device_budget(device, args.offload);
+    inspect_options.prefetch_blocks = args.offload.prefetch_blocks;
+  }
+  const auto model_plan = inspect_model(args.model, inspect_options);
+  if (checks_budget) check_budget_before_loading(policy, *model_plan.device_plan);
+  if (!plans_host) return std::nullopt;
+  auto host_plan =
+      plan_host_memory(model_plan, args.host_memory_budget_bytes, args.pinned_staging_bytes);
+  auto plan = std::make_shared<const offload::HostMemoryPlan>(host_plan);
+  std::shared_ptr<offload::StagingRing> ring;
+  if (plan->maps_any())
+    ring = std::make_shared<offload::StagingRing>(device, args.pinned_staging_bytes);
+  offload_options.mapped_homes = {plan, ring};
+  return host_plan;
+}
+}  // namespace
+
 Omni::Omni(EngineArgs args) : args_(std::move(args)), prompt_cache_(args_.prompt_cache_bytes) {
   args_.validate();
   device::apply_default_cpu_threads();  // Note [CPU threads and BLAS]
@@ -104,32 +138,7 @@ Omni::Omni(EngineArgs args) : args_(std::move(args)), prompt_cache_(args_.prompt
   load.dtype = pipelines::DtypeSpec::parse(args_.dtype);
   load.vae_tiling = args_.vae_tiling;
   auto offload_options = args_.offload;
-  // Plan, then load: from the headers only, one reading for both plans.
-  const bool plans_host = offload && args_.host_memory_budget_bytes && device_->supports_offload();
-  const bool checks_budget =
-      device_->supports_offload() && !args_.offload_auto &&
-      (policy == offload::PolicyKind::budget || policy == offload::PolicyKind::layerwise);
-  std::optional<ModelPlan> model_plan;
-  if (plans_host || checks_budget) {
-    InspectOptions inspect_options;
-    inspect_options.dtype = load.dtype;
-    if (checks_budget) {
-      inspect_options.device_memory_budget_bytes = offload::device_budget(*device_, args_.offload);
-      inspect_options.prefetch_blocks = args_.offload.prefetch_blocks;
-    }
-    model_plan = inspect_model(args_.model, inspect_options);
-  }
-  if (checks_budget) check_budget_before_loading(policy, *model_plan->device_plan);
-  if (plans_host) {
-    // Note [Mapped homes].
-    host_plan_ =
-        plan_host_memory(*model_plan, args_.host_memory_budget_bytes, args_.pinned_staging_bytes);
-    auto plan = std::make_shared<const offload::HostMemoryPlan>(*host_plan_);
-    std::shared_ptr<offload::StagingRing> ring;
-    if (plan->maps_any())
-      ring = std::make_shared<offload::StagingRing>(*device_, args_.pinned_staging_bytes);
-    offload_options.mapped_homes = {plan, ring};
-  }
+  host_plan_ = plan_before_loading(args_, policy, offload, *device_, load.dtype, offload_options);
   // A LoRA file that is missing or not safetensors fails before the model loads.
   for (const auto& lora : args_.loras) (void)io::read_safetensors_header(lora.path);
   pipeline_ = pipelines::load_pipeline(args_.model, load);
