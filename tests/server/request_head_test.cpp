@@ -106,7 +106,7 @@ TEST(RequestHead, AHeadOverTheByteLimitIsRefusedBeforeItEnds) {
   const std::string field = "X-Big: " + std::string(8000, 'v') + "\r\n";
   while (bytes.size() + field.size() + 2 <= (64u << 10)) bytes += field;
   EXPECT_EQ(scanned(bytes + "\r\n").state(), State::complete);  // just under 64 KiB
-  bytes += field;  // past 64 KiB, with no end in sight
+  bytes += field;                                               // past 64 KiB, with no end in sight
   const auto s = scanned(bytes);
   EXPECT_EQ(s.state(), State::refused);
   EXPECT_EQ(s.refusal().kind, ErrorKind::header_too_large);
