@@ -21,10 +21,10 @@ void OffloadRecorder::add_component(const LedgerEntry& entry) {
 }
 
 std::size_t OffloadRecorder::open_transfer(std::size_t index, bool for_next_request) {
-  (void)stats_.at(index);
-  transfers_.push_back({stats_[index].name, Direction::h2d, 0, 0.0, true});
+  auto& c = stats_.at(index);
+  transfers_.push_back({c.name, Direction::h2d, 0, 0.0, true});
   transfer_owner_.push_back({index, for_next_request});
-  if (!for_next_request) ++stats_[index].uploads;
+  if (!for_next_request) ++c.uploads;
   return transfers_.size() - 1;
 }
 
