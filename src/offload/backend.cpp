@@ -48,6 +48,17 @@ OffloadBackend::OffloadBackend(device::Device& device, std::unique_ptr<Residency
 
 OffloadBackend::~OffloadBackend() {
   disable();
+  finish_copies();  // a failed enable() may have left some queued
+}
+
+void OffloadBackend::finish_copies() noexcept {
+  // Queued copies read the homes, which die with this backend: a request
+  // cancelled between a block's upload and its fence, or a prefetch for a
+  // request that never came, leaves some in flight that no fence is kept for.
+  try {
+    device_.synchronize();
+  } catch (...) {
+  }
   mover_.drain();
 }
 
@@ -527,7 +538,7 @@ void restore(TensorSlot& slot) noexcept {
 
 void OffloadBackend::rollback() noexcept {
   for (auto& c : components_) c.hooks.clear();
-  mover_.drain();  // no copy may still read a home or write a buffer
+  finish_copies();  // no copy may still read a home or write a buffer
   // Every tensor that has a home was rebound to it (or to a device copy of
   // it): give it back a private copy where it was. Tensors without a home
   // were never touched.
@@ -752,7 +763,7 @@ void OffloadBackend::disable() noexcept {
       } catch (...) {
       }
     }
-  mover_.drain();
+  finish_copies();
   enabled_ = false;
   noop_ = false;
   root_ = nullptr;

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "offload/toy_pipeline.h"
+#include "omni/cancel_point.h"
 #include "omni/error.h"
 #include "omni/offload/backend.h"
 #include "omni/omni.h"
@@ -274,6 +275,25 @@ TEST(StreamingOffload, APrefetchForTheNextRequestIsThatRequestsUpload) {
   EXPECT_GT(second.report.component("text_encoder")->upload_seconds, 0.0);
   // The totals count it once.
   EXPECT_EQ(omni.offload_report().component("text_encoder")->upload_bytes, 2 * encoder_bytes);
+}
+
+// Copies still queued read the homes. A request cancelled while its blocks
+// stream in leaves some that no fence is kept for; disable() (and so the
+// engine's destructor, before the homes are freed) waits for them. It did
+// not, and the link copied out of freed homes (a crash in CI).
+TEST(StreamingOffload, DisableWaitsForTheCopiesACancelledRequestLeftQueued) {
+  Omni omni(streamed_args(64ull << 30, /*link_gbps=*/0.05));
+  int points = 0;
+  {
+    const ScopedCancelCheck stop([&] {
+      if (++points == 2) throw Cancelled("cancelled inside the text encoder");
+    });
+    EXPECT_THROW((void)omni.generate(streamed_request()), Cancelled);
+  }
+  const auto queued = omni.device().fence_uploads();
+  ASSERT_FALSE(queued->done()) << "the slow link has copies queued when the request stops";
+  omni.backend()->disable();
+  EXPECT_TRUE(queued->done());
 }
 
 // A component called inside another running component that its activation

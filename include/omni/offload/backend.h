@@ -236,6 +236,8 @@ class OffloadBackend : public SplitOffloadHost {
   void plan_groups(Component& c);
   void drop_static_homes();
   void rollback() noexcept;
+  // Waits for every queued copy (they read the homes) and drops the kept buffers.
+  void finish_copies() noexcept;
   OffloadReport build_report(bool per_request);
 
   std::uint64_t work_out_budget() const;
