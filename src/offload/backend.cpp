@@ -84,7 +84,7 @@ std::uint64_t OffloadBackend::window_bytes() const {
 std::optional<std::size_t> OffloadBackend::component_at(std::size_t position) const {
   if (position >= schedule_.size()) return std::nullopt;
   for (std::size_t i = 0; i < components_.size(); ++i)
-    if (components_[i].resolved.path == schedule_[position]) return i;
+    if (components_[i].resolved.path == schedule_.name(position)) return i;
   return std::nullopt;
 }
 
@@ -236,17 +236,9 @@ void OffloadBackend::leave_context(std::string_view name) noexcept {
 
 void OffloadBackend::enter(std::size_t index) {
   auto& c = components_[index];
-  // Calls the run skipped (a prompt cache hit skips the encoder) are passed
-  // over; a call the schedule does not have left it: stream without it.
-  const auto from = schedule_.begin() + static_cast<std::ptrdiff_t>(cursor_);
-  if (const auto call = std::find(from, schedule_.end(), c.resolved.path);
-      call != schedule_.end()) {
-    cursor_ = static_cast<std::size_t>(call - schedule_.begin()) + 1;
-  } else if (!schedule_.empty()) {
-    schedule_.clear();
-    cursor_ = 0;
-  }
-  const auto evict = evictions(index, schedule_.empty() ? 0 : cursor_ - 1);
+  // A call the schedule does not have drops it: stream without it.
+  (void)schedule_.pass(c.resolved.path);
+  const auto evict = evictions(index, schedule_.current());
   // A hooked module called inside another running component must not evict it.
   for (auto r : running_) {
     const auto& outer = components_[r];
@@ -291,7 +283,7 @@ void OffloadBackend::enter_group(std::size_t index, std::size_t g) {
   if (!c.groups[g].resident()) {
     // Called outside its component's phase, or released early: bring it back.
     if (ledger_.where(c.ledger_index) == Residency::host)
-      make_resident(index, false, evictions(index, cursor_ > 0 ? cursor_ - 1 : 0));
+      make_resident(index, false, evictions(index, schedule_.current()));
     upload_group(c, g);
   }
   wait_group(c, g);
@@ -319,7 +311,8 @@ std::vector<std::pair<std::size_t, std::size_t>> OffloadBackend::block_window(st
   };
   take(index, k + 1);
   if (remaining > 0)
-    if (const auto next = component_at(cursor_); next && streams_blocks(components_[*next]))
+    if (const auto next = component_at(schedule_.cursor());
+        next && streams_blocks(components_[*next]))
       take(*next, 0);
   return window;
 }
@@ -354,7 +347,7 @@ void OffloadBackend::prefetch_window(
 }
 
 std::optional<std::size_t> OffloadBackend::next_call_after_current(std::size_t index) const {
-  for (std::size_t k = cursor_; k < schedule_.size(); ++k) {
+  for (std::size_t k = schedule_.cursor(); k < schedule_.size(); ++k) {
     const auto i = component_at(k);
     if (i && (*i == index || ledger_.entries()[components_[*i].ledger_index].swappable)) return k;
   }
@@ -393,7 +386,7 @@ void OffloadBackend::plan_ahead(std::size_t index) {
   if (!position) return;
   const auto next = *component_at(*position);
   if (next == index) return;
-  const bool for_next_request = *position >= request_calls_;
+  const bool for_next_request = schedule_.for_next_request(*position);
   const ScopedFlag tagged(uploads_for_next_request_, for_next_request);
   if (streams_blocks(components_[next])) {
     // A running layerwise DiT's window reaches into the next call itself.
@@ -430,8 +423,8 @@ void OffloadBackend::plan_ahead(std::size_t index) {
     }
     return;
   }
-  const bool final_call =
-      cursor_ >= schedule_.size() || schedule_[cursor_] != running.resolved.path;
+  const bool final_call = schedule_.cursor() >= schedule_.size() ||
+                          schedule_.name(schedule_.cursor()) != running.resolved.path;
   if (!replaces || !final_call || !running.streams) return;
   ledger_.set_incoming(n.ledger_index);
   rolling_ = Rolling{index, next, 0, for_next_request};
@@ -460,18 +453,11 @@ void OffloadBackend::roll(std::size_t from, std::size_t position) {
 }
 
 void OffloadBackend::set_schedule(std::vector<std::string> calls) {
-  schedule_ = std::move(calls);
-  cursor_ = 0;
-  request_calls_ = schedule_.size();
+  schedule_.set(std::move(calls));
 }
 
 void OffloadBackend::append_schedule(const std::vector<std::string>& calls) {
-  if (cursor_ > 0) {
-    schedule_.erase(schedule_.begin(), schedule_.begin() + static_cast<std::ptrdiff_t>(cursor_));
-    request_calls_ -= std::min(request_calls_, cursor_);
-    cursor_ = 0;
-  }
-  schedule_.insert(schedule_.end(), calls.begin(), calls.end());
+  schedule_.append(calls);
 }
 
 // ---- hooks and groups ------------------------------------------------------
@@ -550,7 +536,6 @@ void OffloadBackend::rollback() noexcept {
   ledger_ = ResidencyLedger(false);
   recorder_.clear();
   schedule_.clear();
-  cursor_ = 0;
   running_.clear();
   rolling_.reset();
   noop_ = false;
@@ -733,7 +718,6 @@ void OffloadBackend::disable() noexcept {
   rolling_.reset();
   running_.clear();
   schedule_.clear();
-  cursor_ = 0;
   for (auto& c : components_) {
     if (!c.home) continue;
     try {

@@ -68,6 +68,7 @@
 #include <vector>
 
 #include "omni/device/device.h"
+#include "omni/offload/call_schedule.h"
 #include "omni/offload/components.h"
 #include "omni/offload/host_home.h"
 #include "omni/offload/ledger.h"
@@ -301,9 +302,7 @@ class OffloadBackend : public SplitOffloadHost {
   bool pin_refused_ = false;
   int hooks_installed_ = 0;
 
-  std::vector<std::string> schedule_;
-  std::size_t cursor_ = 0;         // the next call of schedule_
-  std::size_t request_calls_ = 0;  // schedule_'s calls before the queued requests'
+  CallSchedule schedule_;
   // Uploads now are for a queued request (Note [Transfers for the next request]).
   bool uploads_for_next_request_ = false;
   std::vector<std::size_t> running_;  // components whose forward is running, innermost last
